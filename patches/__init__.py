@@ -1,0 +1,1 @@
+"""The shipped patch set: one YAML (the declaration) beside one small module (the implementation)."""

@@ -1,0 +1,140 @@
+"""Apply: install a verified patch at its target (and every declared copy), and undo it.
+
+Wrappers are plain closures, not proxies: they cost a counter increment and
+one call, they forward `*args, **kwargs` untouched, and they carry
+`__wrapped__` (so `inspect.unwrap` reaches upstream) and `__vllm_patchkit__`
+(so we recognise our own layer and never stack a second copy of it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from .schema import Kind, Patch
+from .targets import MISSING, Place
+
+log = logging.getLogger("vllm_patchkit")
+
+MARK = "__vllm_patchkit__"
+
+
+class Counter:
+    """Per-patch call count; a slot attribute so the hot path is one add."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+def _counted_passthrough(original: Callable, counter: Counter) -> Callable:
+    def patched(*args, **kwargs):
+        counter.calls += 1
+        return original(*args, **kwargs)
+
+    return patched
+
+
+def _counted_wrap(original: Callable, impl: Callable, counter: Counter) -> Callable:
+    def patched(*args, **kwargs):
+        counter.calls += 1
+        return impl(original, *args, **kwargs)
+
+    return patched
+
+
+def _uncounted_wrap(original: Callable, impl: Callable) -> Callable:
+    def patched(*args, **kwargs):
+        return impl(original, *args, **kwargs)
+
+    return patched
+
+
+def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], counter: Counter, count: bool) -> Callable:
+    """The function that will stand at the target."""
+    if patch.kind is Kind.replace:
+        fn = _counted_passthrough(impl, counter) if count else impl
+        if fn is impl:  # mark a private layer, never the implementation object itself
+            fn = _counted_passthrough(impl, Counter())
+    elif impl is None:
+        fn = _counted_passthrough(original, counter) if count else _counted_passthrough(original, Counter())
+    else:
+        fn = _counted_wrap(original, impl, counter) if count else _uncounted_wrap(original, impl)
+    functools.update_wrapper(fn, original)
+    fn.__wrapped__ = original
+    setattr(fn, MARK, patch.key)
+    return fn
+
+
+def rewrap_descriptor(raw: Any, fn: Callable) -> Any:
+    """Keep staticmethod/classmethod-ness of a class attribute."""
+    if isinstance(raw, staticmethod):
+        return staticmethod(fn)
+    if isinstance(raw, classmethod):
+        return classmethod(fn)
+    return fn
+
+
+def function_of(raw: Any) -> Any:
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def ours(raw: Any) -> Optional[str]:
+    return getattr(function_of(raw), MARK, None)
+
+
+@dataclass
+class Applied:
+    """What was changed, so unpatch() can put back the exact original objects."""
+
+    patch: Patch
+    places: list[tuple[Place, Any]] = field(default_factory=list)  # (place, original raw)
+    env: Optional[tuple[str, Optional[str]]] = None  # (name, previous value)
+    counter: Counter = field(default_factory=Counter)
+
+    def undo(self) -> None:
+        for place, original in reversed(self.places):
+            place.set_raw(original)
+        if self.env is not None:
+            name, previous = self.env
+            if previous is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = previous
+
+
+def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: bool) -> Applied:
+    """Install at the target and at every declared copy that holds the original."""
+    applied = Applied(patch)
+    raw = place.get_raw()
+    if patch.kind is Kind.set:
+        place.set_raw(patch.value)
+        applied.places.append((place, raw))
+        return applied
+    original = function_of(raw)
+    fn = build_callable(patch, original, impl, applied.counter, count)
+    new_raw = rewrap_descriptor(raw, fn)
+    place.set_raw(new_raw)
+    applied.places.append((place, raw))
+    for copy in copies:
+        held = copy.get_raw()
+        if held is not MISSING and function_of(held) is original:
+            copy.set_raw(fn)
+            applied.places.append((copy, held))
+    return applied
+
+
+def set_env_default(patch: Patch, applied: Applied) -> str:
+    """Set the default when unset; an explicit value is always kept."""
+    name, value = patch.env_default.name, patch.env_default.value
+    current = os.environ.get(name)
+    if current is None:
+        os.environ[name] = value
+        applied.env = (name, None)
+        log.info("vllm-patchkit: %s set %s=%s (was unset)", patch.key, name, value)
+        return f"set {name}={value} (was unset)"
+    return f"kept explicit {name}={current}"

@@ -1,0 +1,139 @@
+"""Fingerprints: a normalised signature (and source digest) of an upstream target.
+
+Signatures are rendered from the function's *source* with `ast`, so a live
+fingerprint (from an imported vLLM) and a static one (from a wheel that is not
+installed) come out of the same code and compare equal. Annotations are left
+out (they are strings in one case and objects in the other); parameter names,
+kinds, order and defaults are kept, which is what call conventions depend on.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import textwrap
+from typing import Any, Optional
+
+from .schema import Fingerprint
+
+
+def _default(node: ast.expr) -> str:
+    try:
+        return repr(ast.literal_eval(node))
+    except Exception:
+        return ast.unparse(node)
+
+
+def render_arguments(args: ast.arguments) -> str:
+    """`(a, b=None, /, c, *rest, d=1, **kw)` with no annotations."""
+    out: list[str] = []
+    positional = list(args.posonlyargs) + list(args.args)
+    defaults: list[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for i, (a, d) in enumerate(zip(positional, defaults)):
+        out.append(a.arg if d is None else f"{a.arg}={_default(d)}")
+        if args.posonlyargs and i == len(args.posonlyargs) - 1:
+            out.append("/")
+    if args.vararg is not None:
+        out.append(f"*{args.vararg.arg}")
+    elif args.kwonlyargs:
+        out.append("*")
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        out.append(a.arg if d is None else f"{a.arg}={_default(d)}")
+    if args.kwarg is not None:
+        out.append(f"**{args.kwarg.arg}")
+    return "(" + ", ".join(out) + ")"
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return body[1:]
+    return body
+
+
+def source_digest(node: ast.AST) -> str:
+    """Digest of a def's code, blind to comments, docstrings, decorators and formatting."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        node = type(node)(**{**node.__dict__, "body": _strip_docstring(node.body), "decorator_list": []})
+    return "sha256:" + hashlib.sha256(ast.dump(node, annotate_fields=False).encode()).hexdigest()[:16]
+
+
+def from_def(node: ast.AST, kind: str, with_digest: bool = False) -> Fingerprint:
+    """Fingerprint of a parsed def (the static path and the live path both end here)."""
+    sig = render_arguments(node.args) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    return Fingerprint(kind=kind, signature=sig, source_digest=source_digest(node) if with_digest else None)
+
+
+def _parse_def(func: Any) -> Optional[ast.AST]:
+    try:
+        src = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return node
+    return None
+
+
+def _signature_without_source(func: Any) -> Optional[str]:
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=inspect.Signature.empty))
+
+
+def raw_kind(raw: Any, owner_is_class: bool) -> str:
+    if isinstance(raw, staticmethod):
+        return "staticmethod"
+    if isinstance(raw, classmethod):
+        return "classmethod"
+    if isinstance(raw, type):
+        return "class"
+    if callable(raw):
+        return "method" if owner_is_class else "function"
+    return "attribute"
+
+
+def innermost(raw: Any) -> Any:
+    """The upstream function under staticmethod/classmethod and every `__wrapped__` layer."""
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    return inspect.unwrap(raw) if callable(raw) else raw
+
+
+def live(raw: Any, owner_is_class: bool, with_digest: bool = False) -> Fingerprint:
+    """Fingerprint of an object as it is installed now (our own wrappers looked through)."""
+    kind = raw_kind(raw, owner_is_class)
+    if kind == "attribute":
+        return Fingerprint(kind=kind)
+    func = innermost(raw)
+    node = _parse_def(func)
+    if node is not None:
+        return from_def(node, kind, with_digest)
+    return Fingerprint(kind=kind, signature=None if kind == "class" else _signature_without_source(func))
+
+
+
+def wrapper_layers(raw: Any, ours: set[int] = frozenset()) -> list[str]:
+    """Names of the `__wrapped__` layers above the upstream function, ours excluded."""
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    layers = []
+    seen = set()
+    obj = raw
+    while hasattr(obj, "__wrapped__") and id(obj) not in seen:
+        seen.add(id(obj))
+        if id(obj) not in ours and not getattr(obj, "__vllm_patchkit__", None):
+            if inspect.isfunction(obj):
+                layers.append(f"{obj.__module__}.{obj.__qualname__}")
+            else:
+                layers.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
+        obj = obj.__wrapped__
+    return layers

@@ -1,0 +1,20 @@
+"""The framework's own environment variables, declared once: registered with vLLM and documented."""
+
+from __future__ import annotations
+
+from .schema import EnvVar
+
+KNOBS = [
+    EnvVar(name="VLLM_PATCHKIT_STATUS_DIR", default=None,
+           doc="Where per-process records go. Default: $XDG_RUNTIME_DIR/vllm-patchkit, else ~/.cache/vllm-patchkit/status."),
+    EnvVar(name="VLLM_PATCHKIT_RUN_ID", default=None,
+           doc="Id of this server run; set by the first process and inherited by EngineCore and workers. Do not set by hand."),
+    EnvVar(name="VLLM_PATCHKIT_ROLE", default=None,
+           doc="Force the process role (frontend, engine_core, worker, inspect) instead of detecting it from the caller."),
+    EnvVar(name="VLLM_PATCHKIT_ON_UNKNOWN_VLLM", default="skip",
+           doc="When no manifest pins the installed vLLM: skip (apply nothing, warn), nearest (use the nearest older manifest; fingerprints still verified live), error (stop start-up)."),
+    EnvVar(name="VLLM_PATCHKIT_DISABLE", default="0",
+           doc="1 turns the plugin into a no-op that logs one line (for bisecting)."),
+    EnvVar(name="VLLM_PATCHKIT_EXTRA_PATCHES", default=None,
+           doc="Extra patch folders (os.pathsep-separated), e.g. a plugin's own; each may hold a manifests/ folder pinning its patches."),
+]

@@ -1,0 +1,276 @@
+"""The loader: plan -> verify -> apply -> record, once per stage, in one process.
+
+Stage "import" runs from the plugin entry point; stage "config" runs at the
+process's config-ready point (see patches/core_config_ready.py). Within a
+stage every decision is made before anything is installed, so a required
+patch that cannot apply stops start-up with nothing half-applied.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from . import manifest as manifests_mod
+from .apply import Applied, install, set_env_default
+from .declare import PatchSet, builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from .errors import Refusal, RequiredPatchFailed
+from .preconditions import Facts, config_facts, current_platform_name, unmet_at_config, unmet_at_import
+from .record import (
+    APPLIED,
+    FAILED,
+    PENDING,
+    REFUSED,
+    SKIPPED,
+    PatchRecord,
+    ProcessRecord,
+    default_status_dir,
+    process_file,
+    run_id,
+    write_atomic,
+)
+from .schema import Kind, ManifestEntry, Patch
+from .verify import Finding, Verified, stale_copies, verify
+
+log = logging.getLogger("vllm_patchkit")
+
+
+def installed_vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+class Loader:
+    """Holds one process's plan, the applied patches, and their records."""
+
+    def __init__(
+        self,
+        patch_set: PatchSet,
+        manifests: dict[str, manifests_mod.Loaded],
+        *,
+        role: str,
+        vllm_version: Optional[str] = None,
+        platform: Optional[str] = None,
+        policy: Optional[str] = None,
+        status_dir: Optional[Path] = None,
+        write_records: bool = True,
+    ):
+        self.patch_set = patch_set
+        self.role = role
+        self.vllm_version = vllm_version or installed_vllm_version()
+        self.facts = Facts(self.vllm_version, platform if platform is not None else current_platform_name(), role)
+        self.status_dir = status_dir
+        self.write_records = write_records
+        self.applied: dict[str, Applied] = {}
+        self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
+        self.process = ProcessRecord(
+            run_id=run_id(),
+            role=role,
+            pid=os.getpid(),
+            ppid=os.getppid(),
+            vllm_version=self.vllm_version,
+            manifest=Path(self.loaded.path).name if self.loaded else None,
+            started=time.time(),
+            notes=[self.manifest_note],
+        )
+        self.records: dict[str, PatchRecord] = {}
+        self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
+
+    @classmethod
+    def builtin(cls, *, role: str, extra_patch_dirs: Iterable[Path] = (), manifest_dir: Optional[Path] = None, **kw):
+        """The shipped patch set and manifests (plus any extra folders, e.g. a plugin's own)."""
+        extra = [Path(d) for d in extra_patch_dirs]
+        ps = load_patch_set([*builtin_patch_dirs(), *extra])
+        dirs = [manifest_dir or builtin_manifest_dir(), *(d / "manifests" for d in extra)]
+        ms = manifests_mod.load_manifests([d for d in dirs if d.is_dir()], ps)
+        return cls(ps, ms, role=role, **kw)
+
+    # -- plan ---------------------------------------------------------------
+    def _plan(self) -> list[tuple[Patch, Optional[ManifestEntry], str]]:
+        """Choose the version of each patch the manifest lists; order by `requires`."""
+        m = self.loaded.manifest if self.loaded else None
+        chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
+        listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
+        not_applicable = {n.patch: n.reason for n in (m.not_applicable if m else [])}
+        for pid in sorted({p.id for p in self.patch_set.patches.values()}):
+            versions = sorted(self.patch_set.by_id(pid), key=lambda p: p.version)
+            entry = listed.get(pid)
+            patch = self.patch_set.patches[entry.patch] if entry else versions[-1]
+            chosen[pid] = (patch, entry)
+            rec = PatchRecord(patch.key, patch.kind.value, patch.required, patch.stage, patch.target,
+                              expected_calls=patch.expected_calls.value)
+            self.records[pid] = rec
+            if entry is None:
+                if pid in not_applicable:
+                    rec.set(SKIPPED, "not_applicable", f"not applicable on vLLM {self.vllm_version}: {not_applicable[pid]}")
+                elif m is None:
+                    rec.set(SKIPPED, "manifest", self.manifest_note)
+                else:
+                    rec.set(SKIPPED, "manifest", f"not listed in {Path(self.loaded.path).name}",
+                            "listed in the manifest", "absent")
+        graph = {pid: set(p.requires) & chosen.keys() for pid, (p, _) in chosen.items()}
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+        stage_of: dict[str, str] = {}
+        plan = []
+        for pid in order:
+            patch, entry = chosen[pid]
+            stage = patch.stage
+            if any(stage_of.get(d) == "config" for d in patch.requires):
+                stage = "config"  # a dependent cannot run before what it depends on
+            stage_of[pid] = stage
+            self.records[pid].stage = stage
+            plan.append((patch, entry, stage))
+        return plan
+
+    # -- stages -------------------------------------------------------------
+    def run_import_stage(self) -> None:
+        self._run_stage("import", None)
+
+    def run_config_stage(self, vllm_config: Any) -> None:
+        """Judge and apply the config-stage patches with this process's VllmConfig."""
+        cfg = config_facts(vllm_config)
+        self.process.config = cfg
+        self._run_stage("config", cfg)
+
+    def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]):
+        rec = self.records[patch.id]
+        if self.role not in [p.value for p in patch.processes]:
+            return rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], self.role)
+        for dep in patch.requires:
+            drec = self.records[dep]
+            if drec.state != APPLIED and drec.detail.get("decided") != "apply":
+                return rec.set(SKIPPED, "requires", f"requires {dep}, which is {drec.state}" +
+                               (f" ({drec.code})" if drec.code else ""), f"{dep} applied", drec.state)
+        unmet = unmet_at_import(patch.when, self.facts)
+        if unmet is None and stage == "config":
+            unmet = unmet_at_config(patch.when, cfg or {})
+        if unmet is not None:
+            if patch.kind is Kind.refuse:
+                return rec.set(SKIPPED, "precondition", f"refusal condition does not hold: {unmet}",
+                               unmet.expected, unmet.actual)
+            return rec.set(SKIPPED, "precondition", str(unmet), unmet.expected, unmet.actual)
+        result = verify(patch, entry)
+        if isinstance(result, Finding):
+            return rec.set(FAILED, result.code, result.reason, result.expected, result.found)
+        rec.detail["decided"] = "apply"
+        return result
+
+    def _run_stage(self, stage: str, cfg: Optional[dict]) -> None:
+        decisions: list[tuple[Patch, Verified]] = []
+        for patch, entry, pstage in self.plan:
+            rec = self.records[patch.id]
+            if pstage != stage or rec.state != PENDING:
+                continue
+            outcome = self._decide(patch, entry, stage, cfg)
+            if isinstance(outcome, Verified):
+                decisions.append((patch, outcome))
+        for patch, v in decisions:
+            if patch.kind is Kind.refuse:
+                rec = self.records[patch.id].set(REFUSED, "refused", patch.message)
+                rec.detail.pop("decided", None)
+                self.flush()
+                raise Refusal(f"vllm-patchkit: {patch.key}: {patch.message}")
+        self._fail_closed()
+        self._report_stale(decisions)
+        for patch, v in decisions:
+            self._apply_one(patch, v)
+        self._fail_closed()
+        self.flush()
+        self._log_summary(stage)
+
+    def _apply_one(self, patch: Patch, v: Verified) -> None:
+        rec = self.records[patch.id]
+        rec.detail.pop("decided", None)
+        try:
+            if patch.kind is Kind.env_default:
+                applied = Applied(patch)
+                rec.detail["env"] = set_env_default(patch, applied)
+            elif v.already:
+                applied = None
+                rec.detail["already"] = "the target already holds this patch; not stacked again"
+            elif patch.kind in (Kind.wrap, Kind.replace, Kind.set):
+                applied = install(patch, v.place, v.copies, v.impl, patch.count_calls)
+                rec.detail["places"] = [pl.spec for pl, _ in applied.places]
+            else:
+                applied = Applied(patch)
+        except Exception as exc:  # an install error is recorded, never swallowed
+            rec.set(FAILED, "apply", f"{type(exc).__name__}: {exc}")
+            return
+        if applied is not None:
+            self.applied[patch.id] = applied
+        rec.set(APPLIED)
+
+    def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
+        from .apply import function_of
+
+        originals = {}
+        for patch, v in decisions:
+            if v.place is None or v.place.owner_is_class or patch.kind not in (Kind.wrap, Kind.replace):
+                continue
+            declared = {patch.target, *patch.copies}
+            originals[id(function_of(v.place.get_raw()))] = (patch.id, declared)
+        for pid, places in stale_copies(originals).items():
+            rec = self.records[pid]
+            for where in places:
+                rec.findings.append({"code": "stale_copy", "where": where,
+                                     "reason": f"{where} holds the original by value and is not a declared copy; "
+                                               "calls through it bypass the patch"})
+                log.warning("vllm-patchkit: %s: stale copy at %s (not declared in `copies`)", rec.patch, where)
+
+    def _fail_closed(self) -> None:
+        bad = [r for r in self.records.values() if r.required and r.state == FAILED]
+        for r in self.records.values():
+            if r.state == FAILED and not r.required and not r.detail.get("warned"):
+                r.detail["warned"] = True
+                log.warning("vllm-patchkit: optional patch %s failed (%s): %s; expected %s, found %s",
+                            r.patch, r.code, r.reason, r.expected, r.found)
+        if bad:
+            self.flush()
+            raise RequiredPatchFailed(bad[0])
+
+    # -- record -------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in (APPLIED, SKIPPED, FAILED, REFUSED, PENDING)}
+        for r in self.records.values():
+            out[r.state] += 1
+        return out
+
+    def sync_calls(self) -> None:
+        for pid, applied in self.applied.items():
+            self.records[pid].calls = applied.counter.calls
+
+    def flush(self) -> Optional[Path]:
+        """Write this process's records; a failure to write is a warning, never fatal."""
+        if not self.write_records:
+            return None
+        self.sync_calls()
+        self.process.updated = time.time()
+        self.process.patches = list(self.records.values())
+        path = process_file(self.status_dir or default_status_dir(), self.process)
+        try:
+            write_atomic(path, self.process.to_json())
+        except OSError as exc:
+            log.warning("vllm-patchkit: cannot write records to %s: %s", path, exc)
+            return None
+        return path
+
+    def _log_summary(self, stage: str) -> None:
+        c = self.counts()
+        failed = [r.patch for r in self.records.values() if r.state in (FAILED, REFUSED)]
+        log.info(
+            "vllm-patchkit: role=%s pid=%d stage=%s manifest=%s applied=%d skipped=%d failed=%d refused=%d pending=%d%s",
+            self.role, os.getpid(), stage, self.process.manifest, c[APPLIED], c[SKIPPED], c[FAILED], c[REFUSED],
+            c[PENDING], f" failed_ids={','.join(failed)}" if failed else "",
+        )
+
+    # -- undo ---------------------------------------------------------------
+    def unpatch(self) -> None:
+        """Put back the exact original objects, newest first."""
+        for pid in reversed(list(self.applied)):
+            self.applied.pop(pid).undo()
+            self.records[pid].set(PENDING, None, "unpatched")

@@ -1,0 +1,99 @@
+"""Manifests: pick the one for the installed vLLM, and check it against the patch set."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from packaging.version import Version
+
+from .declare import PatchSet, parse_manifest, _collect
+from .errors import DeclarationError, PatchSetErrors
+from .schema import Manifest
+
+log = logging.getLogger("vllm_patchkit")
+
+POLICY_ENV = "VLLM_PATCHKIT_ON_UNKNOWN_VLLM"
+POLICIES = ("skip", "nearest", "error")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    manifest: Manifest
+    path: str
+
+
+def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list) -> None:
+    seen = set()
+    for i, entry in enumerate(m.patches):
+        patch = patch_set.patches.get(entry.patch)
+        pid = entry.patch.split("@")[0]
+        if patch is None:
+            errors.append(DeclarationError(path, f"patches[{i}].patch", f"no patch {entry.patch} in the patch set"))
+            continue
+        if pid in seen:
+            errors.append(DeclarationError(path, f"patches[{i}].patch", f"patch {pid} listed twice"))
+        seen.add(pid)
+        wanted = ([patch.target] if patch.target else []) + list(patch.copies)
+        for spec in wanted:
+            if spec not in entry.targets:
+                errors.append(DeclarationError(path, f"patches[{i}].targets", f"no pin for {spec} (run scripts/pin_manifest.py)"))
+        for spec in entry.targets:
+            if spec not in wanted:
+                errors.append(DeclarationError(path, f"patches[{i}].targets.{spec}", f"not a target or copy of {entry.patch}"))
+
+
+def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[str, Loaded]:
+    """Every manifest in the folders, checked: known patch versions, every target and copy pinned.
+
+    The first folder is the main one; a later folder's manifest for the same
+    release adds its entries (a plugin pinning its own patches).
+    """
+    if isinstance(directories, (str, Path)):
+        directories = [Path(directories)]
+    errors: list[DeclarationError] = []
+    out: dict[str, Loaded] = {}
+    for n, directory in enumerate(directories):
+        for path in sorted(Path(directory).glob("*.yaml")):
+            m = _collect(errors, parse_manifest, path)
+            if m is None:
+                continue
+            if m.vllm in out:
+                if n == 0:
+                    errors.append(DeclarationError(str(path), "vllm", f"release {m.vllm} already pinned by {out[m.vllm].path}"))
+                    continue
+                base = out[m.vllm].manifest
+                m = base.model_copy(update={"patches": [*base.patches, *m.patches],
+                                            "not_applicable": [*base.not_applicable, *m.not_applicable]})
+            _check_entries(m, str(path), patch_set, errors)
+            out[m.vllm] = Loaded(m, out[m.vllm].path if m.vllm in out else str(path))
+    if errors:
+        raise PatchSetErrors(errors)
+    return out
+
+
+def select(manifests: dict[str, Loaded], vllm_version: str, policy: Optional[str] = None) -> tuple[Optional[Loaded], str]:
+    """The manifest for this release, per policy when none pins it exactly. Returns (manifest, note)."""
+    policy = policy or os.environ.get(POLICY_ENV, "skip")
+    if policy not in POLICIES:
+        raise DeclarationError(POLICY_ENV, "value", f"expected one of {', '.join(POLICIES)}, got {policy!r}")
+    installed = Version(vllm_version)
+    for ver, loaded in manifests.items():
+        if Version(ver) == installed or Version(ver) == Version(installed.base_version):
+            return loaded, f"manifest {Path(loaded.path).name}"
+    known = ", ".join(sorted(manifests, key=Version)) or "none"
+    if policy == "error":
+        raise DeclarationError(POLICY_ENV, "error", f"no manifest pins vLLM {vllm_version} (known: {known})")
+    if policy == "nearest":
+        older = [v for v in manifests if Version(v) < installed]
+        if older:
+            best = manifests[max(older, key=Version)]
+            note = f"no manifest for vLLM {vllm_version}; using nearest older {Path(best.path).name} ({POLICY_ENV}=nearest), fingerprints verified live"
+            log.warning("vllm-patchkit: %s", note)
+            return best, note
+    note = f"no manifest pins vLLM {vllm_version} (known: {known}); every patch skipped ({POLICY_ENV}={policy})"
+    log.warning("vllm-patchkit: %s", note)
+    return None, note

@@ -1,0 +1,113 @@
+"""Records: the outcome of every patch in one process, written where `status` can find them.
+
+One JSON file per process, replaced atomically (temp file + rename), in a
+per-user directory created 0700. Runs are folders named by a run id that the
+first process of a server creates and its children inherit through the
+environment, so records of an older run never mix with a newer one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
+RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
+
+APPLIED, SKIPPED, FAILED, REFUSED, PENDING = "applied", "skipped", "failed", "refused", "pending"
+
+
+@dataclass
+class PatchRecord:
+    """What happened to one patch in one process, with the evidence."""
+
+    patch: str  # id@version
+    kind: str
+    required: bool
+    stage: str
+    target: Optional[str] = None
+    state: str = PENDING
+    code: Optional[str] = None  # machine-readable cause: precondition, fingerprint, conflict, ...
+    reason: str = ""
+    expected: Any = None
+    found: Any = None
+    findings: list[dict] = field(default_factory=list)
+    expected_calls: str = "never_counted"
+    calls: int = 0
+    detail: dict = field(default_factory=dict)
+    at: float = 0.0
+
+    def set(self, state: str, code: Optional[str] = None, reason: str = "", expected: Any = None, found: Any = None):
+        self.state, self.code, self.reason, self.expected, self.found = state, code, reason, expected, found
+        self.at = time.time()
+        return self
+
+
+@dataclass
+class ProcessRecord:
+    run_id: str
+    role: str
+    pid: int
+    ppid: int
+    vllm_version: str
+    manifest: Optional[str]
+    started: float
+    updated: float = 0.0
+    config: dict = field(default_factory=dict)
+    patches: list[PatchRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def default_status_dir() -> Path:
+    """$VLLM_PATCHKIT_STATUS_DIR, else $XDG_RUNTIME_DIR/vllm-patchkit, else ~/.cache/vllm-patchkit/status."""
+    env = os.environ.get(STATUS_DIR_ENV)
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "vllm-patchkit"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "vllm-patchkit" / "status"
+
+
+def run_id() -> str:
+    """This server run's id: inherited from the parent process, or made here (and exported)."""
+    rid = os.environ.get(RUN_ID_ENV)
+    if not rid:
+        rid = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        os.environ[RUN_ID_ENV] = rid
+    return rid
+
+
+def ensure_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def write_atomic(path: Path, data: dict) -> None:
+    """Write JSON so a reader sees the old file or the new one, never a torn one."""
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def process_file(base: Path, rec: ProcessRecord) -> Path:
+    return base / rec.run_id / f"{rec.role}-{rec.pid}.json"

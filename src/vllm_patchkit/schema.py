@@ -1,0 +1,256 @@
+"""The patch and manifest schemas: what a YAML file may say, and nothing else.
+
+Strict on purpose: an unknown key or a wrong type is a typo that would otherwise
+turn into a patch that silently does nothing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, ClassVar, Literal, Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PATCH_ID = r"^[a-z0-9][a-z0-9._-]*$"
+TARGET = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
+
+
+class Strict(BaseModel):
+    """Base: unknown keys rejected, no silent coercion of types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Kind(str, Enum):
+    """How a patch changes vLLM."""
+
+    wrap = "wrap"  # implementation(original, *args, **kwargs), or a counted passthrough
+    replace = "replace"  # the target is replaced by the implementation
+    set = "set"  # the target attribute is set to `value`
+    env_default = "env_default"  # an env var gets a default when unset
+    refuse = "refuse"  # start-up stops with `message` when `when` holds
+
+
+class Process(str, Enum):
+    """vLLM's process roles; the plugin entry point runs once in each."""
+
+    frontend = "frontend"  # API server / LLM() process, before VllmConfig exists
+    engine_core = "engine_core"
+    worker = "worker"
+    inspect = "inspect"  # vLLM's short-lived model-inspection subprocess
+
+
+class Frequency(str, Enum):
+    """How often a patched callable is expected to run (for inert detection)."""
+
+    per_step = "per_step"
+    per_request = "per_request"
+    at_startup = "at_startup"
+    rare = "rare"
+    never_counted = "never_counted"
+
+
+def _check_specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"not a PEP 440 version specifier: {value!r} ({exc})") from None
+    return value
+
+
+VersionSpec = Annotated[str, Field(min_length=1)]
+
+
+class When(Strict):
+    """Preconditions. All given ones must hold; an absent one is not checked.
+
+    `vllm`, `platform`, `env` can be judged at import; the rest need the
+    VllmConfig of the process and are judged at its config-ready point.
+    """
+
+    vllm: Optional[VersionSpec] = None
+    platform: Optional[list[Literal["cuda", "rocm", "cpu", "xpu", "tpu"]]] = None
+    env: Optional[dict[Annotated[str, Field(pattern=ENV_NAME)], Optional[str]]] = Field(
+        default=None,
+        description="name -> required value; null means the variable must be unset",
+    )
+    architectures: Optional[list[Annotated[str, Field(min_length=1)]]] = Field(
+        default=None, description="exact architecture names (any of); never substrings"
+    )
+    served_by: Optional[str] = Field(
+        default=None,
+        description="'out_of_tree', 'vllm', or a module prefix the registry must resolve to",
+    )
+    runner: Optional[Literal["v1", "v2"]] = None
+    prefix_caching: Optional[bool] = None
+    speculative: Optional[bool] = None
+    cudagraph_mode: Optional[list[str]] = None
+
+    _vllm_check = field_validator("vllm")(lambda cls, v: v if v is None else _check_specifier(v))
+
+    CONFIG_FIELDS: ClassVar[tuple[str, ...]] = (
+        "architectures",
+        "served_by",
+        "runner",
+        "prefix_caching",
+        "speculative",
+        "cudagraph_mode",
+    )
+
+    def needs_config(self) -> bool:
+        return any(getattr(self, name) is not None for name in self.CONFIG_FIELDS)
+
+
+class EnvVar(Strict):
+    """An environment variable a patch reads; registered with vLLM and documented."""
+
+    name: Annotated[str, Field(pattern=ENV_NAME)]
+    default: Optional[str] = None
+    doc: Annotated[str, Field(min_length=1)]
+
+
+class EnvDefault(Strict):
+    name: Annotated[str, Field(pattern=ENV_NAME)]
+    value: str
+
+
+class RetireWhen(Strict):
+    """When the patch can go: a vLLM release range, a probe, or a stated reason."""
+
+    vllm: Optional[VersionSpec] = None
+    probe: Optional[Annotated[str, Field(pattern=TARGET)]] = None
+    manual: Optional[Annotated[str, Field(min_length=1)]] = None
+
+    _vllm_check = field_validator("vllm")(lambda cls, v: v if v is None else _check_specifier(v))
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "RetireWhen":
+        given = [k for k in ("vllm", "probe", "manual") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of vllm, probe, manual (got {given or 'none'})")
+        return self
+
+
+class Patch(Strict):
+    """One intervention on vLLM, at one version."""
+
+    id: Annotated[str, Field(pattern=PATCH_ID)]
+    version: Annotated[int, Field(ge=1)]
+    summary: Annotated[str, Field(min_length=1)]
+    why: Annotated[str, Field(min_length=1)]
+    upstream: Annotated[str, Field(min_length=1, description="issue/PR reference, or 'none: reason'")]
+    retire_when: RetireWhen
+    kind: Annotated[Kind, Field(strict=False)]
+    target: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="module:Qualname of the object patched (or, for env_default/refuse, the upstream code it steers)",
+    )
+    copies: list[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default_factory=list, description="other module:name places holding the target by value"
+    )
+    implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
+    value: Any = None
+    env_default: Optional[EnvDefault] = None
+    message: Optional[str] = None
+    processes: Annotated[list[Annotated[Process, Field(strict=False)]], Field(min_length=1)]
+    when: When = Field(default_factory=When)
+    requires: list[Annotated[str, Field(pattern=PATCH_ID)]] = Field(default_factory=list)
+    required: bool
+    env_vars: list[EnvVar] = Field(default_factory=list)
+    expected_calls: Annotated[Frequency, Field(strict=False)] = Frequency.never_counted
+    count_calls: bool = True
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "Patch":
+        k = self.kind
+        need_target = k in (Kind.wrap, Kind.replace, Kind.set)
+        if need_target and self.target is None:
+            raise ValueError(f"kind {k.value!r} needs 'target'")
+        if k is Kind.replace and self.implementation is None:
+            raise ValueError("kind 'replace' needs 'implementation'")
+        if k is Kind.env_default and self.env_default is None:
+            raise ValueError("kind 'env_default' needs 'env_default: {name, value}'")
+        if k is not Kind.env_default and self.env_default is not None:
+            raise ValueError(f"'env_default' is only for kind env_default, not {k.value!r}")
+        if k is Kind.refuse and not self.message:
+            raise ValueError("kind 'refuse' needs 'message'")
+        if k is Kind.set and self.implementation is not None:
+            raise ValueError("kind 'set' takes 'value', not 'implementation'")
+        if k is not Kind.set and self.value is not None:
+            raise ValueError(f"'value' is only for kind set, not {k.value!r}")
+        if self.copies and k not in (Kind.wrap, Kind.replace):
+            raise ValueError("'copies' only make sense for wrap/replace")
+        if self.id in self.requires:
+            raise ValueError("a patch cannot require itself")
+        return self
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    @property
+    def stage(self) -> str:
+        """'import' if every precondition can be judged at plugin load, else 'config'."""
+        return "config" if self.when.needs_config() else "import"
+
+
+class Fingerprint(Strict):
+    """What a target looked like when pinned: enough to notice an upstream change."""
+
+    kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent"]
+    signature: Optional[str] = None
+    source_digest: Optional[str] = None
+    wrappers: list[str] = Field(
+        default_factory=list, description="upstream decorator layers (`__wrapped__`) above the function"
+    )
+
+
+class ManifestEntry(Strict):
+    patch: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*@[0-9]+$", description="id@version")]
+    targets: dict[Annotated[str, Field(pattern=TARGET)], Fingerprint] = Field(default_factory=dict)
+
+
+class NotApplicable(Strict):
+    patch: Annotated[str, Field(pattern=PATCH_ID)]
+    reason: Annotated[str, Field(min_length=1)]
+
+
+class Manifest(Strict):
+    """Which patch versions apply to one vLLM release, and the pins they were checked against."""
+
+    vllm: Annotated[str, Field(min_length=1)]
+    generated_by: Annotated[str, Field(min_length=1)]
+    patches: list[ManifestEntry]
+    not_applicable: list[NotApplicable] = Field(default_factory=list)
+
+    @field_validator("vllm")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError(f"not a release version: {v!r}") from None
+        return v
+
+
+def json_schemas() -> dict[str, dict]:
+    """JSON Schemas for editors, generated from the models above."""
+    return {"patch": Patch.model_json_schema(), "manifest": Manifest.model_json_schema()}
+
+
+__all__ = [
+    "EnvVar",
+    "Fingerprint",
+    "Frequency",
+    "Kind",
+    "Manifest",
+    "ManifestEntry",
+    "Patch",
+    "Process",
+    "When",
+    "json_schemas",
+]

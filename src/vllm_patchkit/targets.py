@@ -1,0 +1,83 @@
+"""Resolve `module:Qualname` to the place that holds an object, and get or set it there.
+
+Class attributes are read from the owning class's own `__dict__`: `getattr`
+would hand back a bound method or an inherited function, and setting that
+back would patch the wrong class.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+MISSING = object()
+
+
+class TargetError(LookupError):
+    """The target cannot be reached: module not importable, attribute gone, or inherited."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an object lives: an owner (module or class) and an attribute name."""
+
+    spec: str
+    owner: Any
+    attr: str
+
+    @property
+    def owner_is_class(self) -> bool:
+        return isinstance(self.owner, type)
+
+    def get_raw(self) -> Any:
+        if self.owner_is_class:
+            return self.owner.__dict__.get(self.attr, MISSING)
+        return self.owner.__dict__.get(self.attr, MISSING)
+
+    def set_raw(self, value: Any) -> None:
+        if value is MISSING:
+            if self.attr in self.owner.__dict__:
+                delattr(self.owner, self.attr)
+            return
+        setattr(self.owner, self.attr, value)
+
+
+def split(spec: str) -> tuple[str, list[str]]:
+    module, _, qualname = spec.partition(":")
+    return module, qualname.split(".")
+
+
+def resolve(spec: str, *, import_module: bool = True) -> Place:
+    """Find the place named by `spec`; raise TargetError saying what is missing."""
+    module_name, parts = split(spec)
+    if import_module:
+        try:
+            owner: Any = importlib.import_module(module_name)
+        except Exception as exc:  # an upstream import error is data here
+            raise TargetError(f"module {module_name!r} cannot be imported: {type(exc).__name__}: {exc}") from None
+    else:
+        owner = sys.modules.get(module_name)
+        if owner is None:
+            raise TargetError(f"module {module_name!r} is not imported")
+    for i, part in enumerate(parts[:-1]):
+        nxt = owner.__dict__.get(part, MISSING) if hasattr(owner, "__dict__") else MISSING
+        if nxt is MISSING:
+            where = ".".join(parts[:i]) or module_name
+            raise TargetError(f"{where!r} has no attribute {part!r} (target moved or removed)")
+        owner = nxt
+    attr = parts[-1]
+    place = Place(spec, owner, attr)
+    if place.get_raw() is MISSING:
+        if isinstance(owner, type) and hasattr(owner, attr):
+            definer = next((c for c in owner.__mro__ if attr in c.__dict__), None)
+            name = f"{definer.__module__}:{definer.__qualname__}" if definer else "a base class"
+            raise TargetError(f"{spec}: {attr!r} is inherited from {name}, not defined on {owner.__qualname__}")
+        raise TargetError(f"{spec}: no attribute {attr!r} (target moved or removed)")
+    return place
+
+
+def load_object(spec: str) -> Any:
+    """Import `module:name` and return the object (for implementations and probes)."""
+    return resolve(spec).get_raw()
