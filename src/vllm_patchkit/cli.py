@@ -1,0 +1,67 @@
+"""`vllm-patchkit`: the command line. Each verb is a small function over the framework's modules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import status as status_mod
+from .record import default_status_dir
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    base = Path(args.dir) if args.dir else default_status_dir()
+    if args.list:
+        for rid in status_mod.list_runs(base):
+            print(rid)
+        return status_mod.OK
+    run = status_mod.load_run(base, args.run)
+    if args.json:
+        print(status_mod.to_json(run, args.min_steps))
+    else:
+        print(status_mod.render(run, args.min_steps, show_skipped=not args.hide_skipped), end="")
+    code, _ = status_mod.assess(run, args.min_steps)
+    return code
+
+
+def add_status(sub) -> None:
+    p = sub.add_parser("status", help="what applied, what was skipped and why, what never ran")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--run", help="run id (default: the latest run)")
+    p.add_argument("--list", action="store_true", help="list run ids, oldest first")
+    p.add_argument("--dir", help="status directory (default: $VLLM_PATCHKIT_STATUS_DIR or the per-user default)")
+    p.add_argument("--min-steps", type=int, default=8, help="engine steps before a per_step patch with 0 calls is inert")
+    p.add_argument("--hide-skipped", action="store_true", help="omit patches skipped for another process or release")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .schema_export import write_schemas
+
+    for path in write_schemas(Path(args.out) if args.out else None):
+        print(f"wrote {path}")
+    return 0
+
+
+def add_schema(sub) -> None:
+    p = sub.add_parser("schema", help="write the JSON Schemas of patch and manifest files")
+    p.add_argument("--out", help="folder (default: the package's schema/ folder)")
+    p.set_defaults(func=cmd_schema)
+
+
+VERBS: list[Callable] = [add_status, add_schema]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="vllm-patchkit", description="Declarative, verified patches for vLLM plugins")
+    sub = ap.add_subparsers(dest="verb", required=True)
+    for add in VERBS:
+        add(sub)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

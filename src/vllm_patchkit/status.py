@@ -1,0 +1,162 @@
+"""Report: read one server run's records and render them (table or JSON), with an exit code.
+
+Exit codes: 0 all good; 1 a required patch failed / was refused / is inert;
+2 no records. Usable from CI and as a readiness probe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+log = logging.getLogger("vllm_patchkit")
+
+OK, BAD, NONE = 0, 1, 2
+
+
+@dataclass
+class Run:
+    run_id: str
+    processes: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _trusted(path: Path, warnings: list[str]) -> bool:
+    """Only read what this user owns, from a directory nobody else can write."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        warnings.append(f"ignored {path}: owned by uid {st.st_uid}, not {os.getuid()}")
+        return False
+    if path.is_dir() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warnings.append(f"ignored {path}: group/world-writable directory")
+        return False
+    return True
+
+
+def list_runs(base: Path) -> list[str]:
+    if not base.is_dir():
+        return []
+    runs = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return [p.name for p in sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))]
+
+
+def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
+    """The named run, or the latest one; None when there are no records."""
+    warnings: list[str] = []
+    if base.is_dir() and not _trusted(base, warnings):
+        for w in warnings:
+            log.warning("vllm-patchkit: %s", w)
+        return Run(run_id or "?", [], warnings)
+    runs = list_runs(base)
+    if not runs:
+        return None
+    rid = run_id or runs[-1]
+    folder = base / rid
+    if not folder.is_dir():
+        return None
+    run = Run(rid, [], warnings)
+    if not _trusted(folder, warnings):
+        return run
+    for path in sorted(folder.glob("*.json")):
+        if not _trusted(path, warnings):
+            continue
+        try:
+            run.processes.append(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            warnings.append(f"unreadable record {path.name}: {exc}")
+    order = {"frontend": 0, "engine_core": 1, "worker": 2}
+    run.processes.sort(key=lambda p: (order.get(p.get("role"), 9), p.get("pid", 0)))
+    return run
+
+
+def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
+    """A per-step patch that has not run once after the engine ran enough steps."""
+    return (
+        rec.get("state") == "applied"
+        and rec.get("expected_calls") == "per_step"
+        and rec.get("calls", 0) == 0
+        and steps is not None
+        and steps >= min_steps
+    )
+
+
+def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
+    """Exit code and the problems behind it."""
+    if run is None or not run.processes:
+        return NONE, ["no records"]
+    problems = []
+    for proc in run.processes:
+        steps = proc.get("steps")
+        for rec in proc.get("patches", []):
+            where = f"{rec['patch']} in {proc['role']} (pid {proc['pid']})"
+            if rec.get("required") and rec.get("state") in ("failed", "refused"):
+                problems.append(f"{where}: required patch {rec['state']}: {rec.get('reason')}")
+            if is_inert(rec, steps, min_steps):
+                problems.append(f"{where}: inert (0 calls after {steps} steps)")
+    return (BAD if problems else OK), problems
+
+
+def to_json(run: Optional[Run], min_steps: int = 8) -> str:
+    code, problems = assess(run, min_steps)
+    return json.dumps(
+        {
+            "run_id": run.run_id if run else None,
+            "exit_code": code,
+            "problems": problems,
+            "warnings": run.warnings if run else [],
+            "processes": run.processes if run else [],
+        },
+        indent=1,
+    )
+
+
+def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = True) -> str:
+    """A rich table: one row per patch per process."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    if run is None or not run.processes:
+        console.print("vllm-patchkit: no records (has a server with the plugin run as this user?)")
+        return console.export_text()
+    table = Table(title=f"vllm-patchkit status — run {run.run_id}", show_lines=False)
+    for col in ("process", "patch", "state", "calls", "reason / detail"):
+        table.add_column(col, overflow="fold")
+    for proc in run.processes:
+        label = f"{proc['role']} {proc['pid']}"
+        steps = proc.get("steps")
+        for rec in proc.get("patches", []):
+            if not show_skipped and rec.get("state") == "skipped" and rec.get("code") in ("process", "manifest"):
+                continue
+            state = rec.get("state", "?")
+            if is_inert(rec, steps, min_steps):
+                state = "applied, INERT"
+            reason = rec.get("reason") or ""
+            detail = rec.get("detail") or {}
+            extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided"))
+            for f in rec.get("findings") or []:
+                extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
+            calls = str(rec.get("calls", 0)) if rec.get("expected_calls") != "never_counted" else "-"
+            table.add_row(label, rec["patch"], state, calls, "; ".join(x for x in (reason, extra) if x))
+            label = ""
+    console.print(table)
+    code, problems = assess(run, min_steps)
+    counts: dict[str, int] = {}
+    for proc in run.processes:
+        for rec in proc.get("patches", []):
+            counts[rec.get("state", "?")] = counts.get(rec.get("state", "?"), 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}")
+    for p in problems:
+        console.print(f"  problem: {p}")
+    for w in run.warnings:
+        console.print(f"  warning: {w}")
+    return console.export_text()

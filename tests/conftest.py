@@ -1,0 +1,24 @@
+"""Test-wide setup: unit tests drive the loader directly, so vLLM's own plugin loading is off.
+
+`VLLM_PLUGINS=""` is vLLM's allow-list matching no plugin: constructing vLLM
+objects in-process (EngineArgs, VllmConfig) must not auto-load this package's
+entry point behind a test's back. End-to-end tests start servers with their own
+environment and turn it on there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ["VLLM_PLUGINS"] = ""
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_status(tmp_path, monkeypatch):
+    """Every test writes records to its own status directory and run."""
+    monkeypatch.setenv("VLLM_PATCHKIT_STATUS_DIR", str(tmp_path / "status"))
+    monkeypatch.delenv("VLLM_PATCHKIT_RUN_ID", raising=False)
+    yield
