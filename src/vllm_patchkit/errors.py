@@ -33,7 +33,8 @@ class RequiredPatchFailed(PatchkitError, RuntimeError):
         self.record = record
         super().__init__(
             f"vllm-patchkit: required patch {record.patch} {record.state}"
-            f" (target {record.target or '-'}): {record.reason}"
+            f" (target {record.target or '-'}): {record.reason}; expected {record.expected!r}, found {record.found!r}."
+            " vLLM start-up stopped; `vllm-patchkit status` shows every patch of this process."
         )
 
 

@@ -9,6 +9,8 @@ patch that cannot apply stops start-up with nothing half-applied.
 from __future__ import annotations
 
 import graphlib
+import importlib.util
+import sys
 import logging
 import os
 import time
@@ -18,7 +20,7 @@ from typing import Any, Iterable, Optional
 from . import manifest as manifests_mod
 from .apply import Applied, install, set_env_default
 from .declare import PatchSet, builtin_manifest_dir, builtin_patch_dirs, load_patch_set
-from .errors import Refusal, RequiredPatchFailed
+from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
 from .preconditions import Facts, config_facts, current_platform_name, unmet_at_config, unmet_at_import
 from .record import (
     APPLIED,
@@ -37,6 +39,16 @@ from .schema import Kind, ManifestEntry, Patch
 from .verify import Finding, Verified, stale_copies, verify
 
 log = logging.getLogger("vllm_patchkit")
+
+
+def module_exists(name: str) -> bool:
+    """Whether `name` can be imported, without importing it (parents are imported)."""
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def installed_vllm_version() -> str:
@@ -80,6 +92,7 @@ class Loader:
         )
         self.records: dict[str, PatchRecord] = {}
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
+        self._check_modules()
 
     @classmethod
     def builtin(cls, *, role: str, extra_patch_dirs: Iterable[Path] = (), manifest_dir: Optional[Path] = None, **kw):
@@ -126,6 +139,24 @@ class Loader:
             self.records[pid].stage = stage
             plan.append((patch, entry, stage))
         return plan
+
+    def _check_modules(self) -> None:
+        """Every module a listed patch names must exist, before anything is applied."""
+        errors = []
+        for patch, entry, _ in self.plan:
+            if entry is None:
+                continue
+            named = [("target", patch.target), ("implementation", patch.implementation)]
+            named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
+            for fld, spec in named:
+                if spec is None:
+                    continue
+                module = spec.partition(":")[0]
+                if not module_exists(module):
+                    errors.append(DeclarationError(self.patch_set.files[patch.key], fld,
+                                                   f"module {module!r} not found (expected an importable module in {spec!r})"))
+        if errors:
+            raise PatchSetErrors(errors)
 
     # -- stages -------------------------------------------------------------
     def run_import_stage(self) -> None:

@@ -24,4 +24,14 @@ def register() -> None:
 
     # Lazy string form: nothing heavy is imported when the plugin loads.
     ModelRegistry.register_model(ARCH, MODEL_CLS)
-    logger.info("patchkit_standin: registered %s -> %s (pid %d)", ARCH, MODEL_CLS, os.getpid())
+    logger.info("patchkit_standin: registered %s -> %s (pid %d, title %r)",
+                ARCH, MODEL_CLS, os.getpid(), _title())
+
+
+def _title() -> str:
+    """Process title at plugin load (Linux), to tell vLLM's process roles apart in logs."""
+    try:
+        with open("/proc/self/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"

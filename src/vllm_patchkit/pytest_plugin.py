@@ -1,0 +1,1 @@
+"""pytest plugin (contract tests); being built."""

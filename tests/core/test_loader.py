@@ -1,0 +1,232 @@
+"""The loader against real vLLM targets: verify, apply, record, undo."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+import wrapt
+
+from vllm_patchkit.errors import RequiredPatchFailed
+
+from .helpers import make_loader, patch_doc, pinned_entry
+
+KV = "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
+KV_COPY = "vllm.v1.engine.core:get_kv_cache_configs"
+POST_INIT = "vllm.config.vllm:VllmConfig.__post_init__"
+BREAKABLE = "vllm.config.vllm:VllmConfig._maybe_enable_breakable_cudagraph"
+
+
+@pytest.fixture
+def modules():
+    import vllm.config.vllm as cfg
+    import vllm.v1.core.kv_cache_utils as kvu
+    import vllm.v1.engine.core as core
+
+    before = (kvu.get_kv_cache_configs, core.get_kv_cache_configs, cfg.VllmConfig.__dict__["__post_init__"],
+              cfg.VllmConfig.__dict__["_maybe_enable_breakable_cudagraph"])
+    yield kvu, core, cfg
+    kvu.get_kv_cache_configs, core.get_kv_cache_configs = before[0], before[1]
+    cfg.VllmConfig.__post_init__ = before[2]
+    cfg.VllmConfig._maybe_enable_breakable_cudagraph = before[3]
+
+
+def kv_patch(**kw):
+    return patch_doc(id="kv", kind="wrap", target=KV, processes=["frontend"], expected_calls="per_step", **kw)
+
+
+def test_wrap_with_declared_copy_patches_both_places_and_counts(tmp_path, modules):
+    kvu, core, _ = modules
+    original = kvu.get_kv_cache_configs
+    loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert rec.state == "applied", rec
+    assert kvu.get_kv_cache_configs is core.get_kv_cache_configs is not original
+    assert kvu.get_kv_cache_configs.__wrapped__ is original
+    with pytest.raises(TypeError):  # forwarded verbatim: vLLM's own arity error, counted on the way
+        core.get_kv_cache_configs()
+    loader.sync_calls()
+    assert rec.calls == 1
+    assert rec.detail["places"] == [KV, KV_COPY]
+
+
+def test_undeclared_copy_is_reported_stale(tmp_path, modules):
+    kvu, core, _ = modules
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert rec.state == "applied"
+    assert {"code": "stale_copy", "where": KV_COPY} == {k: rec.findings[0][k] for k in ("code", "where")}
+    assert core.get_kv_cache_configs is not kvu.get_kv_cache_configs  # the copy really was missed
+
+
+def test_apply_twice_changes_nothing(tmp_path, modules):
+    kvu, core, _ = modules
+    docs, entries = {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)]
+    first = make_loader(tmp_path, docs, entries)
+    first.run_import_stage()
+    installed = kvu.get_kv_cache_configs
+    first.run_import_stage()  # same loader: nothing pending, nothing re-done
+    second = make_loader(tmp_path / "again", docs, entries)  # a second loader in the same process
+    second.run_import_stage()
+    assert second.records["kv"].state == "applied"
+    assert "already" in second.records["kv"].detail
+    assert kvu.get_kv_cache_configs is installed and core.get_kv_cache_configs is installed
+    assert not hasattr(installed.__wrapped__, "__vllm_patchkit__")  # exactly one layer of ours
+
+
+def test_unpatch_restores_identity(tmp_path, modules):
+    kvu, core, cfg = modules
+    originals = (kvu.get_kv_cache_configs, core.get_kv_cache_configs, cfg.VllmConfig.__dict__["__post_init__"])
+    docs = {"kv": kv_patch(copies=[KV_COPY]),
+            "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["frontend"])}
+    loader = make_loader(tmp_path, docs, [pinned_entry("kv@1", KV, KV_COPY), pinned_entry("pi@1", POST_INIT)])
+    loader.run_import_stage()
+    assert cfg.VllmConfig.__dict__["__post_init__"] is not originals[2]
+    loader.unpatch()
+    assert kvu.get_kv_cache_configs is originals[0]
+    assert core.get_kv_cache_configs is originals[1]
+    assert cfg.VllmConfig.__dict__["__post_init__"] is originals[2]
+
+
+def test_signature_mismatch_fails_with_expected_and_found(tmp_path, modules):
+    kvu, _, _ = modules
+    original = kvu.get_kv_cache_configs
+    entry = pinned_entry("kv@1", KV)
+    entry["targets"][KV]["signature"] = "(vllm_config, kv_cache_specs)"
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [entry])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert (rec.state, rec.code) == ("failed", "fingerprint")
+    assert rec.expected == "(vllm_config, kv_cache_specs)"
+    assert rec.found.startswith("(vllm_config, kv_cache_specs, available_memory")
+    assert kvu.get_kv_cache_configs is original
+
+
+@pytest.mark.parametrize("third_party", ["functools", "wrapt"])
+def test_target_wrapped_by_third_party_is_a_conflict(tmp_path, modules, third_party):
+    kvu, _, _ = modules
+    entry = pinned_entry("kv@1", KV)
+    upstream = kvu.get_kv_cache_configs
+    if third_party == "functools":
+        @functools.wraps(upstream)
+        def foreign(*a, **k):
+            return upstream(*a, **k)
+    else:
+        foreign = wrapt.FunctionWrapper(upstream, lambda wrapped, instance, a, k: wrapped(*a, **k))
+    kvu.get_kv_cache_configs = foreign
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [entry])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert (rec.state, rec.code) == ("failed", "conflict")
+    assert rec.expected == [] and len(rec.found) == 1
+    assert kvu.get_kv_cache_configs is foreign  # never stacked on
+
+
+def test_native_upstream_decorator_is_not_a_conflict(tmp_path):
+    """Executor.__init__ carries vLLM's own @instrument layer; the pin records it."""
+    import vllm.v1.executor.abstract as ex
+
+    spec = "vllm.v1.executor.abstract:Executor.__init__"
+    before = ex.Executor.__dict__["__init__"]
+    loader = make_loader(tmp_path, {"ex": patch_doc(id="ex", kind="wrap", target=spec, processes=["frontend"])},
+                         [pinned_entry("ex@1", spec)])
+    try:
+        loader.run_import_stage()
+        assert loader.records["ex"].state == "applied", loader.records["ex"]
+    finally:
+        loader.unpatch()
+    assert ex.Executor.__dict__["__init__"] is before
+
+
+def test_required_failure_stops_startup_before_anything_applied(tmp_path, modules):
+    kvu, _, cfg = modules
+    before = (kvu.get_kv_cache_configs, cfg.VllmConfig.__dict__["__post_init__"])
+    entry = pinned_entry("kv@1", KV)
+    entry["targets"][KV]["signature"] = "(vllm_config)"
+    docs = {"kv": kv_patch(required=True), "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["frontend"])}
+    loader = make_loader(tmp_path, docs, [entry, pinned_entry("pi@1", POST_INIT)])
+    with pytest.raises(RequiredPatchFailed) as ei:
+        loader.run_import_stage()
+    msg = str(ei.value)
+    assert "required patch kv@1 failed" in msg and KV in msg
+    assert "expected '(vllm_config)'" in msg and "found '(vllm_config, kv_cache_specs, available_memory" in msg
+    assert ei.value.record.expected == "(vllm_config)"
+    assert (kvu.get_kv_cache_configs, cfg.VllmConfig.__dict__["__post_init__"]) == before
+
+
+def test_optional_failure_is_recorded_and_startup_goes_on(tmp_path, modules, caplog):
+    kvu, _, cfg = modules
+    entry = pinned_entry("kv@1", KV)
+    entry["targets"][KV]["signature"] = "(vllm_config)"
+    docs = {"kv": kv_patch(), "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["frontend"])}
+    loader = make_loader(tmp_path, docs, [entry, pinned_entry("pi@1", POST_INIT)])
+    with caplog.at_level(logging.WARNING, logger="vllm_patchkit"):
+        loader.run_import_stage()
+    assert loader.records["kv"].state == "failed"
+    assert loader.records["pi"].state == "applied"
+    assert any("optional patch kv@1 failed" in r.message for r in caplog.records)
+
+
+def test_dependent_of_failed_patch_is_skipped_naming_the_cause(tmp_path, modules):
+    entry = pinned_entry("kv@1", KV)
+    entry["targets"][KV]["signature"] = "(x)"
+    docs = {"kv": kv_patch(), "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["frontend"], requires=["kv"])}
+    loader = make_loader(tmp_path, docs, [entry, pinned_entry("pi@1", POST_INIT)])
+    loader.run_import_stage()
+    rec = loader.records["pi"]
+    assert (rec.state, rec.code) == ("skipped", "requires")
+    assert "requires kv, which is failed (fingerprint)" == rec.reason
+
+
+def test_other_process_and_unlisted_patch_are_skipped_with_reason(tmp_path, modules):
+    docs = {"kv": kv_patch(), "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["worker"])}
+    loader = make_loader(tmp_path, docs, [pinned_entry("pi@1", POST_INIT)])
+    loader.run_import_stage()
+    assert (loader.records["kv"].state, loader.records["kv"].code) == ("skipped", "manifest")
+    pi = loader.records["pi"]
+    assert (pi.state, pi.code, pi.expected, pi.found) == ("skipped", "process", ["worker"], "frontend")
+
+
+def test_vllm_version_and_env_preconditions(tmp_path, modules, monkeypatch):
+    monkeypatch.setenv("PATCHKIT_TEST_FLAG", "1")
+    docs = {"kv": kv_patch(when={"vllm": ">=0.32"}),
+            "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["frontend"], when={"env": {"PATCHKIT_TEST_FLAG": None}})}
+    loader = make_loader(tmp_path, docs, [pinned_entry("kv@1", KV), pinned_entry("pi@1", POST_INIT)])
+    loader.run_import_stage()
+    kv, pi = loader.records["kv"], loader.records["pi"]
+    assert (kv.state, kv.expected, kv.found) == ("skipped", ">=0.32", "0.31.0")
+    assert (pi.state, pi.reason) == ("skipped", "env.PATCHKIT_TEST_FLAG: expected unset, actual '1'")
+
+
+def test_records_written_atomically_per_process(tmp_path, modules):
+    import json
+
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)])
+    loader.run_import_stage()
+    path = loader.flush()
+    data = json.loads(path.read_text())
+    assert path.parent.parent == tmp_path / "status"
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    assert data["role"] == "frontend" and data["patches"][0]["state"] == "applied"
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_no_manifest_for_release_skips_everything_by_default(tmp_path, modules):
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.40.0")
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert (rec.state, rec.code) == ("skipped", "manifest") and "no manifest pins vLLM 0.40.0" in rec.reason
+
+
+def test_no_manifest_policy_nearest_and_error(tmp_path, modules):
+    from vllm_patchkit.errors import DeclarationError
+
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.31.5", policy="nearest")
+    loader.run_import_stage()
+    assert loader.records["kv"].state == "applied" and loader.process.manifest == "vllm-0.31.0.yaml"
+    loader.unpatch()
+    with pytest.raises(DeclarationError, match="no manifest pins vLLM 0.31.5"):
+        make_loader(tmp_path / "e", {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.31.5", policy="error")
