@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import status as status_mod
+from .contracts import add_check
+from .pin import add_pin
 from .record import default_status_dir
 
 
@@ -21,7 +23,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(status_mod.to_json(run, args.min_steps))
     else:
-        print(status_mod.render(run, args.min_steps, show_skipped=not args.hide_skipped), end="")
+        print(status_mod.render(run, args.min_steps, show_skipped=args.all), end="")
     code, _ = status_mod.assess(run, args.min_steps)
     return code
 
@@ -33,7 +35,7 @@ def add_status(sub) -> None:
     p.add_argument("--list", action="store_true", help="list run ids, oldest first")
     p.add_argument("--dir", help="status directory (default: $VLLM_PATCHKIT_STATUS_DIR or the per-user default)")
     p.add_argument("--min-steps", type=int, default=8, help="engine steps before a per_step patch with 0 calls is inert")
-    p.add_argument("--hide-skipped", action="store_true", help="omit patches skipped for another process or release")
+    p.add_argument("--all", action="store_true", help="also show patches skipped because they belong to another process")
     p.set_defaults(func=cmd_status)
 
 
@@ -51,7 +53,7 @@ def add_schema(sub) -> None:
     p.set_defaults(func=cmd_schema)
 
 
-VERBS: list[Callable] = [add_status, add_schema]
+VERBS: list[Callable] = [add_status, add_schema, add_check, add_pin]
 
 
 def main(argv: Optional[list[str]] = None) -> int:

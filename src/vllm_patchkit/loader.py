@@ -80,6 +80,7 @@ class Loader:
         self.status_dir = status_dir
         self.write_records = write_records
         self.applied: dict[str, Applied] = {}
+        self.detail_hooks: list = []  # callables(records) that copy a patch's own counters into its detail
         self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
         self.process = ProcessRecord(
             run_id=run_id(),
@@ -287,9 +288,20 @@ class Loader:
             out[r.state] += 1
         return out
 
-    def sync_calls(self) -> None:
+    def sync_calls(self) -> int:
+        """Copy live counters into the records; returns the total (a cheap change detector)."""
+        total = 0
+        steps = None
         for pid, applied in self.applied.items():
-            self.records[pid].calls = applied.counter.calls
+            calls = applied.counter.calls
+            self.records[pid].calls = calls
+            total += calls
+            if applied.patch.counts_steps:
+                steps = (steps or 0) + calls
+        for hook in self.detail_hooks:
+            hook(self.records)
+        self.process.steps = steps
+        return total
 
     def flush(self) -> Optional[Path]:
         """Write this process's records; a failure to write is a warning, never fatal."""

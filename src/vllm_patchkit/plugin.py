@@ -6,13 +6,12 @@ worker alike (a platform plugin's hooks are not guaranteed to run).
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 from pathlib import Path
 
 from . import envs, runtime
-from .declare import load_patch_set
+from .flush import Flusher
 from .knobs import KNOBS
 from .loader import Loader
 from .process import detect_role
@@ -37,5 +36,5 @@ def register() -> None:
     loader = Loader.builtin(role=role, extra_patch_dirs=extra_patch_dirs())
     envs.register(ev for p in loader.patch_set.patches.values() for ev in p.env_vars)
     runtime.install(loader)
-    atexit.register(loader.flush)
+    Flusher(loader).start()
     loader.run_import_stage()

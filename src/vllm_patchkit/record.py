@@ -60,6 +60,8 @@ class ProcessRecord:
     started: float
     updated: float = 0.0
     config: dict = field(default_factory=dict)
+    steps: Optional[int] = None  # calls of this process's step-counting core patch, if any
+    exited: bool = False  # True once the last flush ran at interpreter exit
     patches: list[PatchRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

@@ -161,6 +161,9 @@ class Patch(Strict):
     env_vars: list[EnvVar] = Field(default_factory=list)
     expected_calls: Annotated[Frequency, Field(strict=False)] = Frequency.never_counted
     count_calls: bool = True
+    counts_steps: bool = Field(
+        default=False, description="this patch's calls are the process's engine/worker step count (core patches)"
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":

@@ -93,8 +93,11 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     if run is None or not run.processes:
         return NONE, ["no records"]
     problems = []
+    run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for proc in run.processes:
         steps = proc.get("steps")
+        if steps is None:
+            steps = run_steps
         for rec in proc.get("patches", []):
             where = f"{rec['patch']} in {proc['role']} (pid {proc['pid']})"
             if rec.get("required") and rec.get("state") in ("failed", "refused"):
@@ -121,23 +124,28 @@ def to_json(run: Optional[Run], min_steps: int = 8) -> str:
     )
 
 
-def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = True) -> str:
+def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -> str:
     """A rich table: one row per patch per process."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(record=True, width=160, force_terminal=False, color_system=None)
+    import io
+
+    console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False, color_system=None)
     if run is None or not run.processes:
         console.print("vllm-patchkit: no records (has a server with the plugin run as this user?)")
         return console.export_text()
     table = Table(title=f"vllm-patchkit status — run {run.run_id}", show_lines=False)
+    run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for col in ("process", "patch", "state", "calls", "reason / detail"):
         table.add_column(col, overflow="fold")
     for proc in run.processes:
-        label = f"{proc['role']} {proc['pid']}"
         steps = proc.get("steps")
+        if steps is None:
+            steps = run_steps
+        label = f"{proc['role']} {proc['pid']}" + (f"\n{steps} steps" if proc.get("steps") is not None else "")
         for rec in proc.get("patches", []):
-            if not show_skipped and rec.get("state") == "skipped" and rec.get("code") in ("process", "manifest"):
+            if not show_skipped and rec.get("state") == "skipped" and rec.get("code") == "process":
                 continue
             state = rec.get("state", "?")
             if is_inert(rec, steps, min_steps):
@@ -159,7 +167,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = True) ->
         for rec in proc.get("patches", []):
             counts[rec.get("state", "?")] = counts.get(rec.get("state", "?"), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}")
+    hidden = "" if show_skipped else " (patches skipped as not for a process are hidden; --all shows them)"
+    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}{hidden}")
     for p in problems:
         console.print(f"  problem: {p}")
     for w in run.warnings:

@@ -98,6 +98,14 @@ class Server:
                 "temperature": 0.0, **kw}
         return self.post("/v1/completions", body)
 
+    def processes(self) -> dict[int, str]:
+        """The server and all its descendants, pid -> process title (``/proc/PID/comm``)."""
+        out = {}
+        for pid in sorted({self.pid} | _descendants(self.pid)):
+            with contextlib.suppress(OSError):
+                out[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        return out
+
     def complete_tokens(self, token_ids: Sequence[int], max_tokens: int = 16, **kw) -> dict:
         """Same as ``complete`` with the prompt given as token ids (no tokenizer, no BOS added)."""
         return self.complete([int(t) for t in token_ids], max_tokens=max_tokens, **kw)
@@ -134,7 +142,8 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -151,7 +160,7 @@ def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()
-        if not _alive(pgid) and not any(_pid_alive(p) for p in stragglers):
+        if not _alive(pgid) and not any(pid_alive(p) for p in stragglers):
             break
         time.sleep(0.2)
     else:

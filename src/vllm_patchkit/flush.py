@@ -1,0 +1,55 @@
+"""Flushing: counts reach the status directory with bounded staleness, and on exit.
+
+A daemon thread wakes every `VLLM_PATCHKIT_FLUSH_SECONDS` and rewrites the
+process's record file only when some count changed, so the hot path does no
+flush work at all. At interpreter exit (a clean stop, or vLLM's SIGTERM
+handlers raising SystemExit) one last flush loses no call. A SIGKILL loses at
+most one interval.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Optional
+
+INTERVAL_ENV = "VLLM_PATCHKIT_FLUSH_SECONDS"
+
+
+class Flusher:
+    def __init__(self, loader, interval: Optional[float] = None):
+        self.loader = loader
+        self.interval = interval if interval is not None else float(os.environ.get(INTERVAL_ENV, "2"))
+        self._stop = threading.Event()
+        self._last = -1
+        self._thread: Optional[threading.Thread] = None
+        self._pid = os.getpid()
+
+    def start(self) -> "Flusher":
+        atexit.register(self.final)
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name="vllm-patchkit-flush", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.tick()
+
+    def tick(self) -> bool:
+        """Flush if anything changed since the last flush; True when it wrote."""
+        if os.getpid() != self._pid:
+            return False  # a forked child must never overwrite its parent's file
+        total = self.loader.sync_calls()
+        if total == self._last:
+            return False
+        self._last = total
+        return self.loader.flush() is not None
+
+    def final(self) -> None:
+        self._stop.set()
+        if os.getpid() != self._pid:
+            return
+        self.loader.process.exited = True
+        self.loader.flush()

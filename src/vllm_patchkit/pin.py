@@ -1,0 +1,178 @@
+"""Pin: write `manifests/vllm-VERSION.yaml` from the real release.
+
+`vllm-patchkit pin --vllm VERSION [--source WHEEL_OR_DIR] [--out DIR]` reads
+every target (and copy) of the patch set from the release — by import when it
+is the installed vLLM, statically from a wheel or source tree otherwise — and
+writes their fingerprints. Nothing is pinned that was not read from the release.
+
+What it keeps of an existing manifest for the same release (a reviewer's choices):
+- `not_applicable` entries, as they are;
+- the patch version each entry lists (its pins are re-read from the release; an
+  entry may be added by hand with `targets: {}` to choose a new version).
+
+A patch the manifest does not mention yet is compared with the newest older
+manifest that lists it: same fingerprints → listed at that version; different →
+marked `not_applicable` with the breakage as the reason (the patch's owner adds
+a version that fits and lists it by hand). A patch no manifest lists yet is
+pinned at its newest version, or marked not applicable if its target is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from .contracts import (
+    Release,
+    ReleaseError,
+    StaticView,
+    add_release_args,
+    examine,
+    exact,
+    older_entry,
+    open_release,
+    patch_set_and_manifest_dir,
+    read_manifests,
+)
+from .declare import PatchSet
+from .errors import DeclarationError, PatchkitError
+from .schema import Fingerprint, Manifest, ManifestEntry, NotApplicable
+from .static import Missing
+
+HEADER = "# yaml-language-server: $schema=../src/vllm_patchkit/schema/manifest.schema.json\n"
+
+
+@dataclass
+class Pinned:
+    manifest: Manifest
+    notes: list[str] = field(default_factory=list)  # what changed or needs a human
+
+
+def _dump_fingerprint(f: Fingerprint) -> dict:
+    d = f.model_dump(exclude_none=True)
+    if not d.get("wrappers"):
+        d.pop("wrappers", None)
+    return d
+
+
+def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
+                generated_by: str) -> Pinned:
+    """The manifest for `release` (see the module docstring for what is kept and decided)."""
+    version = release.version()
+    if version is None:
+        raise ReleaseError(f"cannot tell the version of {release.label}")
+    own_key = exact(manifests, version)
+    own = manifests.get(own_key) if own_key else None
+    kept_na = {n.patch: n for n in (own.not_applicable if own else [])}
+    chosen = {e.patch.split("@")[0]: e for e in (own.patches if own else [])}
+    entries: list[ManifestEntry] = []
+    not_applicable: list[NotApplicable] = []
+    notes: list[str] = []
+    errors: list[str] = []
+    for pid in sorted({p.id for p in patch_set.patches.values()}):
+        newest = max(patch_set.by_id(pid), key=lambda p: p.version)
+        if pid in kept_na:
+            not_applicable.append(kept_na[pid])
+            continue
+        if pid in chosen:  # a reviewer's choice of version: re-pin it from the release
+            key = chosen[pid].patch
+            patch = patch_set.patches.get(key)
+            if patch is None:
+                errors.append(f"{key}: listed in the manifest for {own_key}, but the patch set has no such version")
+                continue
+            found, _ = examine(release, patch, None)
+            missing = [f"{s}: {m.reason}" for s, m in found.items() if isinstance(m, Missing)]
+            if missing:
+                errors.append(f"{key}: listed for vLLM {version} but cannot be pinned: {'; '.join(missing)}")
+                continue
+            old = dict(chosen[pid].targets)
+            for spec, f in found.items():
+                if spec in old and old[spec] != f:
+                    notes.append(f"{key}: pin of {spec} changed: {_dump_fingerprint(old[spec])} -> {_dump_fingerprint(f)}")
+            entries.append(ManifestEntry(patch=key, targets=found))
+            continue
+        base = older_entry(pid, manifests, version)
+        if base is not None:
+            patch = patch_set.patches[base.entry.patch]
+            found, breakages = examine(release, patch, dict(base.entry.targets))
+            if breakages:
+                reason = "; ".join(b.explain() for b in breakages)
+                not_applicable.append(NotApplicable(
+                    patch=pid, reason=f"{patch.key} was pinned on vLLM {base.vllm}; on {version}: {reason}"))
+                notes.append(f"{pid}: not applicable on {version} ({len(breakages)} breakage(s)); "
+                             f"add a version that fits and list it by hand")
+                continue
+            if newest.version != patch.version:
+                notes.append(f"{pid}: listed at {patch.key} as on vLLM {base.vllm}; {newest.key} exists — "
+                             f"list it by hand (targets: {{}}) and re-run pin to choose it")
+            entries.append(ManifestEntry(patch=patch.key, targets=found))
+            continue
+        found, breakages = examine(release, newest, None)
+        if breakages:
+            reason = "; ".join(b.explain() for b in breakages)
+            not_applicable.append(NotApplicable(patch=pid, reason=f"{newest.key} on vLLM {version}: {reason}"))
+            notes.append(f"{pid}: new patch, not applicable on {version}: {reason}")
+            continue
+        notes.append(f"{pid}: new in this manifest at {newest.key}")
+        entries.append(ManifestEntry(patch=newest.key, targets=found))
+    if errors:
+        raise PatchkitError("cannot pin:\n" + "\n".join(f"  - {e}" for e in errors))
+    m = Manifest(vllm=version, generated_by=generated_by, patches=entries, not_applicable=not_applicable)
+    return Pinned(m, notes)
+
+
+def render(m: Manifest) -> str:
+    doc: dict = {"vllm": m.vllm, "generated_by": m.generated_by, "patches": [
+        {"patch": e.patch, "targets": {s: _dump_fingerprint(f) for s, f in e.targets.items()}} for e in m.patches]}
+    if m.not_applicable:
+        doc["not_applicable"] = [{"patch": n.patch, "reason": n.reason} for n in m.not_applicable]
+    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
+
+
+def write(m: Manifest, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"vllm-{m.vllm}.yaml"
+    path.write_text(render(m), encoding="utf-8")
+    return path
+
+
+def describe_source(release: Release, source: Optional[str]) -> str:
+    version = release.version()
+    if isinstance(release, StaticView):
+        name = Path(release.release.label).name
+        how = "read from the wheel" if name.endswith(".whl") else "read from the source tree"
+        return f"vllm-patchkit pin --vllm {version} --source {name} (static, {how})"
+    return f"vllm-patchkit pin --vllm {version} (from the installed vLLM, by import)"
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    try:
+        ps, mdir = patch_set_and_manifest_dir(args)
+        manifests, _ = read_manifests(mdir, ps, strict=False)
+        release = open_release(args.vllm, args.source)
+        pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source))
+        path = write(pinned.manifest, Path(args.out) if args.out else mdir)
+    except (PatchkitError, DeclarationError, ReleaseError, FileNotFoundError, ValueError) as exc:
+        print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
+        return 2
+    for note in pinned.notes:
+        print(f"  {note}")
+    m = pinned.manifest
+    print(f"wrote {path}: {len(m.patches)} patch(es) listed, {len(m.not_applicable)} not applicable "
+          f"(from {release.label}); review the diff before committing")
+    return 0
+
+
+def add_pin(sub) -> None:
+    p = sub.add_parser("pin", help="write manifests/vllm-VERSION.yaml from the real release")
+    add_release_args(p)
+    p.add_argument("--out", help="folder to write to (default: the manifest folder)")
+    p.set_defaults(func=cmd_pin)
+
+
+__all__ = ["Pinned", "add_pin", "pin_release", "render", "write"]

@@ -1,0 +1,34 @@
+"""Session fixtures for end-to-end tests: tiny offline checkpoints for real vLLM serves.
+
+Why session scope: building is cheap (~2 s) but every test that serves should
+reuse the same files; each serve itself costs ~30-60 s on a CPU.
+"""
+
+import importlib.util
+
+import pytest
+
+from vllm_patchkit.demo.tiny_model import build_tiny_model
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: starts a real vLLM server (slow, ~1 min per serve)")
+
+
+def _need_vllm():
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny random Llama checkpoint (architecture LlamaForCausalLM)."""
+    _need_vllm()
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def standin_model(tmp_path_factory):
+    """The same checkpoint named DeepseekV4ForCausalLM, for the patchkit_standin plugin."""
+    _need_vllm()
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-standin-v4"), "DeepseekV4ForCausalLM")
