@@ -20,6 +20,17 @@ def _need_vllm():
         pytest.skip("vLLM is not installed")
 
 
+@pytest.fixture(autouse=True)
+def _serve_env(monkeypatch):
+    """Servers started here see installed plugins and log at INFO.
+
+    The top-level conftest turns vLLM's plugin loading off (``VLLM_PLUGINS=""``)
+    and quietens logs for in-process unit tests; a real server must not inherit that.
+    """
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A tiny random Llama checkpoint (architecture LlamaForCausalLM)."""

@@ -22,6 +22,7 @@ namespaces. The V2 runner is selected for the config stage with
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -98,15 +99,20 @@ def test_pool_bytes_forwards_positional_and_keyword_and_counts(engine_core, llam
 def test_pool_bytes_inside_vllms_real_kv_sizing(engine_core, llama_config):
     """EngineCore's call: get_kv_cache_configs reaches the patched function through module globals."""
     import vllm.v1.core.kv_cache_utils as kvu
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
 
-    specs = [kv_specs(llama_config.cache_config.block_size)]
+    cfg = copy.deepcopy(llama_config)
+    specs = [kv_specs(cfg.cache_config.block_size)]
+    # As EngineCore does first: resolve the layout from what the (CPU) worker's backend supports.
+    layouts = [[layout.name for layout in get_supported_kv_cache_layouts([CPUAttentionBackend])]]
+    resolve_kv_cache_layout(cfg, layouts, [s for w in specs for s in w.values()])
     memory = [64 * 1024 * 1024]
-    (patched_cfg,) = kvu.get_kv_cache_configs(llama_config, specs, memory)
+    (patched_cfg,) = kvu.get_kv_cache_configs(cfg, specs, memory)
     engine_core.sync_calls()
-    calls = engine_core.records[POOL].calls
-    assert calls >= 1
+    assert engine_core.records[POOL].calls >= 1
     engine_core.unpatch()
-    (plain_cfg,) = kvu.get_kv_cache_configs(llama_config, specs, memory)
+    (plain_cfg,) = kvu.get_kv_cache_configs(cfg, specs, memory)
     assert patched_cfg.num_blocks == plain_cfg.num_blocks > 0
 
 
