@@ -1,0 +1,41 @@
+"""Model adapters: what a model family supplies to the KV-config hook (see protocol.py).
+
+``REGISTRY`` holds the adapters the hook consults; the DeepSeek-V4 adapter is
+built in. A plugin with its own family (or its own proxy layer name) registers
+an adapter from its general-plugin entry point, before vLLM sizes the KV cache.
+"""
+
+from __future__ import annotations
+
+from .deepseek_v4 import DeepseekV4Adapter
+from .protocol import (
+    INTERVAL_ENV,
+    ByteImageCopier,
+    CheckpointSpec,
+    ModelAdapter,
+    Placement,
+    Registry,
+    Segment,
+    Sizing,
+    StateCopier,
+)
+
+REGISTRY = Registry([DeepseekV4Adapter()])
+register = REGISTRY.register
+unregister = REGISTRY.unregister
+
+__all__ = [
+    "INTERVAL_ENV",
+    "REGISTRY",
+    "ByteImageCopier",
+    "CheckpointSpec",
+    "DeepseekV4Adapter",
+    "ModelAdapter",
+    "Placement",
+    "Registry",
+    "Segment",
+    "Sizing",
+    "StateCopier",
+    "register",
+    "unregister",
+]

@@ -11,10 +11,11 @@ YAML's `when.architectures`, and the class serving it, which must satisfy the
 YAML's `when.served_by`: the loaded model's class once the model is loaded,
 else the class vLLM's registry resolves the architecture to.
 
-Counts: every real step of a plugin runner is counted straight into this
-patch's record (`detail`), which the loader writes at every flush, so
-`vllm-patchkit status` shows them. Cost per step: one dict lookup for the
-runner's decision, one numpy comparison over the rows, a few int increments.
+Counts: every real step of a plugin runner is counted in ints on a per-process
+`Counts` object (one add each); the loader's detail hook copies them into this
+patch's record (`detail`) at every flush, so `vllm-patchkit status` shows them.
+Cost per step: one dict lookup for the runner's decision, one numpy comparison
+over the rows, a few int increments.
 """
 
 from __future__ import annotations
@@ -28,18 +29,57 @@ from vllm_patchkit import runtime
 from vllm_patchkit.declare import parse_patch
 from vllm_patchkit.preconditions import _served_ok, served_by_module
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 PATCH = parse_patch(Path(__file__).with_suffix(".yaml"))
 ARCHITECTURES = frozenset(PATCH.when.architectures or ())
 SERVED_BY = PATCH.when.served_by
-RUNNER_ATTR = "_vllm_patchkit_batch_dispatch"  # on each runner: its detail dict (plugin's) or None
+RUNNER_ATTR = "_vllm_patchkit_batch_dispatch"  # on each runner: the Counts (plugin's) or None
 PARAM = "force_uniform_decode"
 
-# Counts of a runner whose process has no loader (the patch installed by hand): kept, never lost.
-ORPHAN_DETAIL: dict = {}
-
 _positions: Optional[dict[str, int]] = None
+
+
+class Counts:
+    """One process's counts; also the loader's detail hook that copies them into the record."""
+
+    __slots__ = ("seen", "overridden", "decode_shaped", "modes", "runners")
+
+    def __init__(self) -> None:
+        self.seen = self.overridden = self.decode_shaped = 0
+        self.modes: dict[Any, int] = {}  # CUDAGraphMode -> steps dispatched to it
+        self.runners: list[str] = []  # one line per runner decided
+
+    def as_detail(self) -> dict:
+        return {
+            "steps_seen": self.seen,
+            "steps_overridden": self.overridden,
+            "steps_overridden_decode_shaped": self.decode_shaped,
+            "cudagraph_modes": {getattr(m, "name", str(m)): n for m, n in self.modes.items()},
+            "runners": list(self.runners),
+        }
+
+    def __call__(self, records: dict) -> None:
+        rec = records.get(PATCH.id)
+        if rec is not None:
+            rec.detail.update(self.as_detail())
+
+
+# Counts of runners in a process without a loader (the patch installed by hand): kept, never lost.
+ORPHAN = Counts()
+
+
+def counts_for_this_process() -> Counts:
+    """The Counts registered with this process's loader (registered on first use)."""
+    loader = runtime.current()
+    if loader is None:
+        return ORPHAN
+    for hook in loader.detail_hooks:
+        if isinstance(hook, Counts):
+            return hook
+    counts = Counts()
+    loader.detail_hooks.append(counts)
+    return counts
 
 
 def _param_positions(original) -> dict[str, int]:
@@ -73,23 +113,12 @@ def plugin_model(runner: Any) -> tuple[bool, str]:
     return True, f"{matched[0]} served by {module}"
 
 
-def _detail_for_this_process() -> dict:
-    loader = runtime.current()
-    rec = loader.records.get(PATCH.id) if loader is not None else None
-    detail = rec.detail if rec is not None else ORPHAN_DETAIL
-    for key in ("steps_seen", "steps_overridden", "steps_overridden_decode_shaped"):
-        detail.setdefault(key, 0)
-    detail.setdefault("cudagraph_modes", {})
-    detail.setdefault("runners", [])
-    return detail
-
-
-def decide(runner: Any) -> Optional[dict]:
-    """Decide once for this runner; keep the answer on it. Returns the dict to count into, or None."""
+def decide(runner: Any) -> Optional[Counts]:
+    """Decide once for this runner; keep the answer on it. Returns the Counts to count into, or None."""
     ok, why = plugin_model(runner)
-    detail = _detail_for_this_process()
-    detail["runners"].append(f"{type(runner).__name__}: {'plugin' if ok else 'not plugin'} ({why})")
-    sink = detail if ok else None
+    counts = counts_for_this_process()
+    counts.runners.append(f"{type(runner).__name__}: {'plugin' if ok else 'not plugin'} ({why})")
+    sink = counts if ok else None
     runner.__dict__[RUNNER_ATTR] = sink
     log.info("vllm-patchkit: %s: %s %s the override (%s)", PATCH.key, type(runner).__name__,
              "gets" if ok else "does not get", why)
@@ -110,19 +139,19 @@ def determine_batch_execution_and_padding(original, *args, **kwargs):
     j = pos["num_reqs"]
     num_reqs = args[j] if len(args) > j else kwargs["num_reqs"]
     batch = runner.input_batch
-    sink["steps_seen"] += 1
+    sink.seen += 1
     if (batch.num_computed_tokens_cpu[:num_reqs] < batch.num_prompt_tokens[:num_reqs]).any():
-        sink["steps_overridden"] += 1
+        sink.overridden += 1
         if _decode_shaped(runner, pos, args, kwargs, num_reqs):
-            sink["steps_overridden_decode_shaped"] += 1
+            sink.decode_shaped += 1
         if len(args) > i:
             args = args[:i] + (False,) + args[i + 1:]
         else:
             kwargs[PARAM] = False
     result = original(*args, **kwargs)
-    modes = sink["cudagraph_modes"]
-    name = result[0].name
-    modes[name] = modes.get(name, 0) + 1
+    modes = sink.modes
+    mode = result[0]
+    modes[mode] = modes.get(mode, 0) + 1
     return result
 
 

@@ -22,3 +22,27 @@ def _isolated_status(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_PATCHKIT_STATUS_DIR", str(tmp_path / "status"))
     monkeypatch.delenv("VLLM_PATCHKIT_RUN_ID", raising=False)
     yield
+
+
+@pytest.fixture
+def patchkit_log(monkeypatch):
+    """Records the plugin's logger emits, at every level.
+
+    The logger lives under vLLM's `vllm` logger (so vLLM's handler and format apply),
+    and vLLM re-runs `logging.config.dictConfig` while building configs, which resets
+    child loggers' handlers and levels; so capture at `Logger.handle` on the instance.
+    """
+    import logging
+    from types import SimpleNamespace
+
+    logger = logging.getLogger("vllm.patchkit")
+    seen = SimpleNamespace(records=[])
+    real_handle = logger.handle
+
+    def handle(record):
+        seen.records.append(record)
+        return real_handle(record)
+
+    monkeypatch.setattr(logger, "handle", handle, raising=False)
+    monkeypatch.setattr(logger, "isEnabledFor", lambda level: True, raising=False)
+    return seen

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from .schema import Kind, Patch
 from .targets import MISSING, Place
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 MARK = "__vllm_patchkit__"
 

@@ -315,7 +315,8 @@ class LiveRelease:
         except TargetError as exc:
             if "cannot be imported" in str(exc) and self.static().module(spec.partition(":")[0]) is not None:
                 return Missing(spec, str(exc), unreadable=True)
-            return Missing(spec, str(exc), tuple(self.static().find_moved(spec)))
+            st = self.static().lookup(spec)  # the same tree read statically says where it went
+            return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
         raw = place.get_raw()
         f = fp.live(raw, place.owner_is_class, with_digest)
         layers = fp.wrapper_layers(raw)
@@ -589,7 +590,7 @@ def render_text(report: Report) -> str:
     lines = [f"vllm-patchkit check: {report.release}"]
     for r in report.results:
         label = {"ok": "ok", "broken": "BROKEN", "not_applicable": "n/a", "unpinned": "UNPINNED"}[r.status]
-        pins = f" (pins of vLLM {r.pins_from})" if r.pins_from else ""
+        pins = f" (pins of vLLM {r.pins_from})" if r.pins_from and r.status != "not_applicable" else ""
         lines.append(f"  {label:<9} {r.patch}{pins}" + (f": {r.note}" if r.note and r.status == "not_applicable" else ""))
         for b in r.breakages:
             lines.append(f"            - [{b.kind.value}] {b.explain()}")

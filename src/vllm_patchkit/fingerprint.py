@@ -67,14 +67,23 @@ def from_def(node: ast.AST, kind: str, with_digest: bool = False) -> Fingerprint
 
 def _parse_def(func: Any) -> Optional[ast.AST]:
     try:
-        src = textwrap.dedent(inspect.getsource(func))
+        src = inspect.getsource(func)
     except (OSError, TypeError):
         return None
+    # A method's source is indented. Parse it as the body of `if 1:` rather than
+    # dedenting it: `textwrap.dedent` would also change the text of multi-line
+    # strings inside the def (nested docstrings), and the source digest would
+    # then differ from the one read statically from the module.
+    indented = src[:1] in (" ", "\t")
     try:
-        tree = ast.parse(src)
+        tree = ast.parse("if 1:\n" + src if indented else src)
+        body = tree.body[0].body if indented else tree.body
     except SyntaxError:
-        return None
-    for node in tree.body:
+        try:
+            body = ast.parse(textwrap.dedent(src)).body
+        except SyntaxError:
+            return None
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return node
     return None

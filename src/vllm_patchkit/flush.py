@@ -10,6 +10,7 @@ most one interval.
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import os
 import threading
 from typing import Optional
@@ -27,7 +28,10 @@ class Flusher:
         self._pid = os.getpid()
 
     def start(self) -> "Flusher":
+        # vLLM's EngineCore and workers are multiprocessing children, which leave through
+        # os._exit() without running atexit; their finalizers do run, so register both.
         atexit.register(self.final)
+        multiprocessing.util.Finalize(None, self.final, exitpriority=100)
         if self.interval > 0:
             self._thread = threading.Thread(target=self._run, name="vllm-patchkit-flush", daemon=True)
             self._thread.start()
@@ -48,8 +52,8 @@ class Flusher:
         return self.loader.flush() is not None
 
     def final(self) -> None:
-        self._stop.set()
-        if os.getpid() != self._pid:
+        if self._stop.is_set() or os.getpid() != self._pid:
             return
+        self._stop.set()
         self.loader.process.exited = True
         self.loader.flush()

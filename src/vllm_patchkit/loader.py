@@ -39,7 +39,7 @@ from .schema import Kind, ManifestEntry, Patch
 from .shadow import classes_in_use, find_shadowed
 from .verify import Finding, Verified, stale_copies, verify
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 
 def module_exists(name: str) -> bool:

@@ -14,7 +14,7 @@ from .declare import PatchSet, parse_manifest, _collect
 from .errors import DeclarationError, PatchSetErrors
 from .schema import Manifest
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 POLICY_ENV = "VLLM_PATCHKIT_ON_UNKNOWN_VLLM"
 POLICIES = ("skip", "nearest", "error")

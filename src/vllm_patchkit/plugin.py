@@ -16,7 +16,7 @@ from .knobs import KNOBS
 from .loader import Loader
 from .process import detect_role
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 
 def extra_patch_dirs() -> list[Path]:

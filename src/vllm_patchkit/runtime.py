@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 _loader = None
 _config_done = False

@@ -14,16 +14,22 @@ another module of the release, and simple aliases (`x = y`).
 
 Traps, documented where they live (wrapt's habit):
 
-- **Decorator layers** (`Fingerprint.wrappers`) are a best guess. Live, a layer
-  is anything with `__wrapped__`; statically we cannot run the decorator. Every
-  decorator counts as one layer named `<module>.<qualname>` of the function (what
-  a `functools.wraps` layer reports live), except the ones known not to wrap
-  (`NOT_WRAPPING`: staticmethod, property, abstractmethod, overload, ...) and
-  `functools.cache`/`lru_cache` (named `functools._lru_cache_wrapper`, as live).
-  A decorator that wraps only at run time (vLLM's `@instrument` wraps only when
-  OpenTelemetry is importable), returns the function unchanged, or wraps without
-  setting `__wrapped__` is guessed wrong. A difference in `wrappers` alone is
-  reported separately from a signature change so it can be judged as such.
+- **Decorator layers** (`Fingerprint.wrappers`) are a best guess: live, a layer
+  is anything with `__wrapped__`, and statically the decorator is not run. The
+  rules, applied bottom-up: a decorator known not to wrap (`NOT_WRAPPING`:
+  staticmethod, property, abstractmethod, overload, pydantic validators, ...)
+  adds nothing; `functools.cache`/`lru_cache` add `functools._lru_cache_wrapper`;
+  a decorator defined in the release adds a layer named `<module>.<qualname>` of
+  the function (what a `functools.wraps` layer reports live) if its code calls
+  `wraps`/`update_wrapper` or sets `__wrapped__`; if it always returns a nested
+  function without them, that nested function is what live sees (its signature
+  and digest are read instead); otherwise it is taken to return the function
+  unchanged. A decorator from outside the release (torch, ...) counts as one
+  layer. vLLM decorators that wrap only in some environments are listed in
+  `KNOWN_DECORATORS` with their usual behaviour (`@instrument` wraps when
+  OpenTelemetry is importable; `@with_gpu_sync_check` only in a debug mode): in
+  another environment the live layers differ from the pin. Class decorators that
+  replace methods (vLLM's `@support_torch_compile` rewrites `__init__`) are not seen.
 - **Code that runs at import** is not run: a name set in a loop, by `setattr`,
   by `globals()`, through a module `__getattr__`, or by a star import of a
   module outside the release is not found. `if TYPE_CHECKING:` blocks are
@@ -36,7 +42,6 @@ Traps, documented where they live (wrapt's habit):
 from __future__ import annotations
 
 import ast
-import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,12 +55,48 @@ NOT_WRAPPING = frozenset({
     "staticmethod", "classmethod", "property", "cached_property", "abstractmethod", "abstractproperty",
     "overload", "override", "final", "setter", "getter", "deleter", "no_type_check", "runtime_checkable",
     "dataclass", "total_ordering", "unique", "unused", "ignore", "export",
+    "model_validator", "field_validator", "validator", "root_validator", "field_serializer", "model_serializer",
 })
 # Decorators whose layer is an object, not a function: live names the object's type.
 OBJECT_LAYERS = {"lru_cache": "functools._lru_cache_wrapper", "cache": "functools._lru_cache_wrapper"}
+# vLLM's decorators that wrap only in some environments: do they in a standard deployment?
+KNOWN_DECORATORS = {
+    "vllm.tracing:instrument": True,  # wraps when OpenTelemetry is importable (a dependency of vLLM)
+    "vllm.utils.gpu_sync_debug:with_gpu_sync_check": False,  # wraps only in vLLM's GPU-sync debug mode
+}
 ATTRIBUTE_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter", "abstractproperty"})
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _sets_wrapped(node: ast.AST) -> bool:
+    """Does this decorator (or decorator factory, or class) leave `__wrapped__` on what it returns?"""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            name = (_dotted(n.func) or "").rpartition(".")[2]
+            if name in ("wraps", "update_wrapper"):
+                return True
+        elif isinstance(n, ast.Attribute) and n.attr == "__wrapped__" and isinstance(n.ctx, ast.Store):
+            return True
+    return False
+
+
+def _returned_nested_def(fn: ast.AST) -> Optional[ast.AST]:
+    """The nested function a plain decorator always returns (None if it may return anything else)."""
+    nested = {st.name: st for st in fn.body if isinstance(st, FUNCS)}
+    returns: list[ast.Return] = []
+    stack = list(fn.body)
+    while stack:
+        st = stack.pop()
+        if isinstance(st, ast.Return):
+            returns.append(st)
+        elif not isinstance(st, (*FUNCS, ast.ClassDef)):
+            stack.extend(c for c in ast.iter_child_nodes(st) if isinstance(c, ast.stmt))
+    names = {r.value.id if isinstance(r.value, ast.Name) else None for r in returns}
+    if len(names) == 1:
+        name = names.pop()
+        return nested.get(name) if name else None
+    return None
 
 
 # -- sources ------------------------------------------------------------------------------------
@@ -296,6 +337,8 @@ class StaticRelease:
         self.source = source
         self._modules: dict[str, Optional[_Module]] = {}
         self._class_scopes: dict[int, _Scope] = {}
+        self._texts: dict[str, bytes] = {}  # file -> text, read once (for find_moved)
+        self._moved: dict[tuple[str, int], list[str]] = {}
         self._version = version
 
     @classmethod
@@ -426,18 +469,16 @@ class StaticRelease:
             scope = self._class_scope(node, mod.package if mod else module)
             b = scope.names.get(name)
             if b is None:
-                return Missing(f"{module}:{qual}.{name}", self._not_on_class(module, qual, node, name))
+                definer = self._inherited_from(module, node, name, depth=0)
+                if definer:
+                    return Missing(f"{module}:{qual}.{name}", f"{name!r} is inherited from {definer}, "
+                                   f"not defined on {qual}", (f"{definer}.{name}",))
+                return Missing(f"{module}:{qual}.{name}", f"{module}:{qual} has no attribute {name!r}")
             return self._follow(module, name, b, scope, mod.package if mod else module, seen, owner=qual)
         if owner[0] == "external":
             return ("external", f"{owner[1]}.{name}")
         what = owner[2] if len(owner) > 2 else owner[1]
         return Missing(f"{what}.{name}", f"{what} is not a class or module")
-
-    def _not_on_class(self, module: str, qual: str, node: ast.ClassDef, name: str) -> str:
-        definer = self._inherited_from(module, node, name, depth=0)
-        if definer:
-            return f"{name!r} is inherited from {definer}, not defined on {qual}"
-        return f"{module}:{qual} has no attribute {name!r}"
 
     def _inherited_from(self, module: str, node: ast.ClassDef, name: str, depth: int) -> Optional[str]:
         if depth > 20:
@@ -471,7 +512,7 @@ class StaticRelease:
             owner_is_class = r[0] == "def" and isinstance(r[3], ast.ClassDef)
             r = self._member(r, part)
             if isinstance(r, Missing):
-                return Missing(spec, r.reason)
+                return Missing(spec, r.reason, r.moved_to)
         if r[0] == "external":
             return Missing(spec, f"defined outside the release ({r[1]}); check it live", unreadable=True)
         if r[0] == "module":
@@ -481,34 +522,74 @@ class StaticRelease:
             if isinstance(node, ast.Lambda):
                 return Definition(mod, qual, node, "method" if owner_is_class else "function")
             return Definition(mod, qual, node if node is not None else ast.Constant(None), "attribute")
-        return Definition(mod, qual, node, self._kind(node, owner_is_class), self._wrappers(mod, qual, node))
+        effective, layers = self._decorated(mod, qual, node)
+        return Definition(mod, qual, effective, self._kind(node, owner_is_class), layers)
 
     @staticmethod
     def _kind(node: ast.AST, owner_is_class: bool) -> str:
+        """As `fingerprint.raw_kind` will see the object in the class or module `__dict__`."""
         if isinstance(node, ast.ClassDef):
             return "class"
-        names = [(_dotted(d.func if isinstance(d, ast.Call) else d) or "").rpartition(".")[2] for d in node.decorator_list]
-        if owner_is_class and names:
-            if names[0] == "staticmethod":
-                return "staticmethod"
-            if names[0] == "classmethod":
-                return "classmethod"
-            if names[0] in ATTRIBUTE_DECORATORS:
-                return "attribute"
-        return "method" if owner_is_class else "function"
-
-    @staticmethod
-    def _wrappers(module: str, qual: str, node: ast.AST) -> tuple[str, ...]:
-        """Guessed `__wrapped__` layers above the def, outermost first (see the module docstring)."""
-        if not isinstance(node, FUNCS):
-            return ()
-        layers = []
-        for i, d in enumerate(node.decorator_list):
+        if not owner_is_class:
+            return "function"
+        for d in node.decorator_list:  # outermost first; decorators that return their argument are skipped
             last = (_dotted(d.func if isinstance(d, ast.Call) else d) or "").rpartition(".")[2]
-            if last in NOT_WRAPPING:
-                continue
-            layers.append(OBJECT_LAYERS.get(last, f"{module}.{qual}"))
-        return tuple(layers)
+            if last in ("staticmethod", "classmethod"):
+                return last
+            if last in ATTRIBUTE_DECORATORS:
+                return "attribute"
+            if last in ("field_validator", "validator", "root_validator"):
+                return "classmethod"  # pydantic makes these class methods
+            if last == "model_validator":
+                mode = next((k.value for k in getattr(d, "keywords", []) if k.arg == "mode"), None)
+                after = isinstance(mode, ast.Constant) and mode.value == "after"
+                return "method" if after else "classmethod"
+            if last not in NOT_WRAPPING:
+                break
+        return "method"
+
+    def _decorated(self, module: str, qual: str, node: ast.AST) -> tuple[ast.AST, tuple[str, ...]]:
+        """What `inspect.unwrap` reaches under the decorators, and the `__wrapped__` layers above it.
+
+        Decorators are applied bottom-up, as Python does: one that leaves a layer
+        adds its name; one that returns a nested function without `functools.wraps`
+        replaces the function (live sees that nested function, and no layer below it).
+        """
+        if not isinstance(node, FUNCS):
+            return node, ()
+        bottom, bottom_name, layers = node, f"{module}.{qual}", []
+        for dec in reversed(node.decorator_list):
+            how = self._decorator(module, dec)
+            if how[0] == "layer":
+                layers.insert(0, how[1] or bottom_name)
+            elif how[0] == "replace":
+                bottom, bottom_name, layers = how[2], how[1], []
+        return bottom, tuple(layers)
+
+    def _decorator(self, module: str, dec: ast.expr) -> tuple:
+        """("none",) | ("layer", name or None for the function's own name) | ("replace", name, nested def)."""
+        dotted = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
+        last = (dotted or "").rpartition(".")[2]
+        if last in NOT_WRAPPING:
+            return ("none",)
+        if last in OBJECT_LAYERS:
+            return ("layer", OBJECT_LAYERS[last])
+        r = self._dotted_in(module, dotted, frozenset()) if dotted else None
+        if r is None or isinstance(r, Missing) or r[0] != "def":
+            return ("layer", None)  # outside the release: assume a functools.wraps layer
+        where = f"{r[1]}:{r[2]}"
+        if where in KNOWN_DECORATORS:
+            return ("layer", None) if KNOWN_DECORATORS[where] else ("none",)
+        fn = r[3]
+        if isinstance(fn, ast.ClassDef):
+            return ("layer", f"{r[1]}.{r[2]}") if _sets_wrapped(fn) else ("layer", None)
+        if _sets_wrapped(fn):
+            return ("layer", None)
+        if not isinstance(dec, ast.Call):
+            nested = _returned_nested_def(fn)
+            if nested is not None:
+                return ("replace", f"{r[1]}.{r[2]}.<locals>.{nested.name}", nested)
+        return ("none",)  # returns the function itself (a registration) or nothing we can read
 
     def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
         """Fingerprint of the target as this release defines it, or Missing (with likely new homes)."""
@@ -516,36 +597,43 @@ class StaticRelease:
         if isinstance(d, Missing):
             if d.unreadable:
                 return d
-            return Missing(d.spec, d.reason, tuple(self.find_moved(spec)))
+            return Missing(d.spec, d.reason, tuple(dict.fromkeys([*d.moved_to, *self.find_moved(spec)])))
         return d.fingerprint(with_digest)
 
     # -- where did it go?
     def find_moved(self, spec: str, limit: int = 5) -> list[str]:
         """Other places in the release that define the same class-and-member (or function) name.
 
-        A cheap text scan picks candidate files; only those are parsed.
+        Searched nearest first: the target's own package, then each parent up to the
+        top-level package, stopping at the first level with a hit. A text search picks
+        candidate files (each file's text is read once); only those are parsed.
         """
+        if (spec, limit) in self._moved:
+            return self._moved[(spec, limit)]
         module, _, qualname = spec.partition(":")
         parts = qualname.split(".")
         leaf = parts[-1]
         cls = parts[-2] if len(parts) > 1 else None
-        word = cls or leaf
-        pattern = re.compile(rb"(?:def|class)\s+" + re.escape(word.encode()) + rb"\b")
-        found = []
-        for rel in self.source.python_files(module.split(".")[0]):
-            raw = self.source.read(rel)
-            if raw is None or not pattern.search(raw):
-                continue
-            name = rel[:-3].replace("/", ".")
-            name = name[: -len(".__init__")] if name.endswith(".__init__") else name
-            mod = self.module(name)
-            if mod is None:
-                continue
-            hit = self._defined_here(mod, cls, leaf)
-            if hit and f"{name}:{hit}" != spec:
-                found.append(f"{name}:{hit}")
-                if len(found) >= limit:
-                    break
+        needles = (f"def {cls or leaf}".encode(), f"class {cls or leaf}".encode())
+        found: list[str] = []
+        self._moved[(spec, limit)] = found
+        package = module.split(".")
+        for depth in range(len(package) - 1, 0, -1):
+            for rel in self.source.python_files("/".join(package[:depth])):
+                raw = self._texts.get(rel)
+                if raw is None:
+                    raw = self._texts[rel] = self.source.read(rel) or b""
+                if not any(n in raw for n in needles):
+                    continue
+                name = rel[:-3].replace("/", ".")
+                name = name[: -len(".__init__")] if name.endswith(".__init__") else name
+                mod = self.module(name)
+                hit = self._defined_here(mod, cls, leaf) if mod is not None else None
+                if hit and f"{name}:{hit}" != spec and f"{name}:{hit}" not in found:
+                    found.append(f"{name}:{hit}")
+            if found:
+                break
+        del found[limit:]
         return found
 
     def _defined_here(self, mod: _Module, cls: Optional[str], leaf: str) -> Optional[str]:

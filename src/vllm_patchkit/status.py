@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-log = logging.getLogger("vllm_patchkit")
+log = logging.getLogger("vllm.patchkit")
 
 OK, BAD, NONE = 0, 1, 2
 

@@ -12,13 +12,12 @@ from .conftest import build_config
 OPT_OUT, REFUSE = "breakable-cudagraph-opt-out", "breakable-cudagraph-refuse"
 
 
-def test_plugin_v4_unset_becomes_0_with_one_log_line(frontend, checkpoints, standin_registered, caplog):
-    with caplog.at_level(logging.INFO, logger="vllm_patchkit"):
-        build_config(checkpoints["DeepseekV4ForCausalLM"])
+def test_plugin_v4_unset_becomes_0_with_one_log_line(frontend, checkpoints, standin_registered, patchkit_log):
+    build_config(checkpoints["DeepseekV4ForCausalLM"])
     rec = frontend.records[OPT_OUT]
     assert rec.state == "applied", rec
     assert os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
-    lines = [r.message for r in caplog.records if "VLLM_USE_BREAKABLE_CUDAGRAPH=0" in r.message]
+    lines = [r.getMessage() for r in patchkit_log.records if "VLLM_USE_BREAKABLE_CUDAGRAPH=0" in r.getMessage()]
     assert lines == ["vllm-patchkit: breakable-cudagraph-opt-out@1 set VLLM_USE_BREAKABLE_CUDAGRAPH=0 (was unset)"]
     assert frontend.process.config["served_by"]["DeepseekV4ForCausalLM"] == "patchkit_standin.model"
 

@@ -11,10 +11,6 @@ import pytest
 from vllm_patchkit.demo.tiny_model import build_tiny_model
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "e2e: starts a real vLLM server (slow, ~1 min per serve)")
-
-
 def _need_vllm():
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed")

@@ -163,6 +163,8 @@ def step(runner, scheduled):
 
 
 def counts(loader):
+    """The patch's counts as its record holds them after the loader's sync (what a flush writes)."""
+    loader.sync_calls()
     d = loader.records[PATCH_ID].detail
     return {k: d.get(k) for k in ("steps_seen", "steps_overridden", "steps_overridden_decode_shaped",
                                   "cudagraph_modes")}
@@ -284,6 +286,7 @@ def test_runner_whose_model_is_not_the_plugins(configs, loader, monkeypatch):
         assert step(runner, [1]) == ("FULL", "FULL")
     assert calls == [runner]
     assert runner.__dict__[bdo.RUNNER_ATTR] is None
+    loader.sync_calls()
     detail = loader.records[PATCH_ID].detail
     assert detail["steps_seen"] == 0
     assert detail["runners"] == ["CPUModelRunner: not plugin (architectures ['LlamaForCausalLM'] not in "
@@ -297,6 +300,7 @@ def test_v4_name_with_vllms_own_class_loaded_is_not_the_plugins(v4_runner, loade
     v4_runner.model = object.__new__(LlamaForCausalLM)
     add_row(v4_runner, "tail", prompt_len=129, computed=128)
     assert step(v4_runner, [1]) == ("FULL", "FULL")
+    loader.sync_calls()
     assert "served by vllm.model_executor.models.llama, not out_of_tree" in loader.records[PATCH_ID].detail["runners"][0]
 
 

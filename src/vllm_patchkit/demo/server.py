@@ -157,6 +157,10 @@ def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
     stragglers = _descendants(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
+    for p in stragglers:  # children that moved to a group of their own get it too
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(p) != pgid:
+                os.kill(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()

@@ -1,0 +1,360 @@
+"""The adapter protocol: what a model family supplies so vLLM can size and cache its state slots.
+
+Some models keep, beside vLLM's paged history, a fixed state per running request
+that no hashed block holds (DeepSeek-V4: a sliding-window ring and compressor
+tails). A plugin serving such a model shows vLLM
+
+* one opaque **proxy** attention layer for the paged history, priced at the
+  model's real bytes per block (all of its layers' pages for one block);
+* ``k`` single-layer Mamba-style **image** layers (``MambaSpec`` in ``align``
+  mode, one vLLM group each, sharing the proxy's pool): ``k`` blocks hold one
+  checkpoint *image* of a request's slot, filed under the prefix hash so a later
+  prefix hit can restore the slot instead of recomputing;
+* per-request **state slots**, carved from the tail of the same allocation and
+  withheld from vLLM's block pool.
+
+An adapter says all of that for one family: which model it is (exact
+architecture and served by the plugin), the proxy layer name, the block size,
+the checkpoint spec (slot bytes, image bytes, bytes per block) and the sizing
+derived from it (``k = ceil(image bytes / bytes per block)``, blocks withheld),
+the image layer names, where images go (placement defaults) and how an image is
+copied (the copier). The KV-config hook (``patches/kv_config_hook``) and the
+scheduler side read only this protocol, never a model's code.
+
+Traps, next to the API that has them:
+
+* the bytes per block are the *proxy's real* page, not vLLM's page of any one
+  layer; image layers must be priced the same, or vLLM cannot put them in one
+  pool;
+* the slot area is withheld as a *tail* of the allocation: vLLM's pool gets
+  ``physical - withheld`` blocks, the tensors still cover all ``physical``
+  blocks, and slot ``i`` starts at byte ``(physical - withheld) * page + i * slot``;
+* an image group holds up to two working blocks per request (the running image
+  and the previous one) whether or not images are published: an interval of 0
+  publishes nothing but the groups still allocate.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+#: Env var (declared in patches/kv_config_hook.yaml) overriding the placement interval.
+INTERVAL_ENV = "VLLM_PATCHKIT_IMAGE_INTERVAL_TOKENS"
+
+#: Every slot segment starts on this many bytes (DMA- and vector-friendly).
+SEGMENT_ALIGN = 256
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-int(value) // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One named byte range of a state slot; ``in_image`` if a checkpoint carries it."""
+
+    name: str
+    offset: int
+    nbytes: int
+    in_image: bool
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """What one request's state slot and one checkpoint image of it look like.
+
+    ``page_bytes`` is the proxy's real bytes per vLLM block (one block of paged
+    history for every layer of the model); ``slot_bytes`` one request's slot;
+    ``image_bytes`` the part of the slot an image carries (the segments marked
+    ``in_image``, in order). ``layout_id`` names the byte layout, so images of a
+    different layout are never restored.
+    """
+
+    page_bytes: int
+    slot_bytes: int
+    image_bytes: int
+    layout_id: str
+    segments: tuple[Segment, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.page_bytes <= 0 or self.slot_bytes <= 0 or self.image_bytes <= 0:
+            raise ValueError(f"checkpoint spec sizes must be positive: {self}")
+        if self.image_bytes > self.slot_bytes:
+            raise ValueError(f"image ({self.image_bytes} B) larger than its slot ({self.slot_bytes} B)")
+        if self.segments:
+            end = max(s.offset + s.nbytes for s in self.segments)
+            carried = sum(s.nbytes for s in self.segments if s.in_image)
+            if end > self.slot_bytes or carried != self.image_bytes:
+                raise ValueError(f"segments disagree with the sizes: end {end} > slot {self.slot_bytes} "
+                                 f"or carried {carried} != image {self.image_bytes}")
+
+    @property
+    def units_per_checkpoint(self) -> int:
+        """k: vLLM blocks (one per image group) that hold one image."""
+        return math.ceil(self.image_bytes / self.page_bytes)
+
+    def image_segments(self) -> tuple[Segment, ...]:
+        if self.segments:
+            return tuple(s for s in self.segments if s.in_image)
+        return (Segment("image", 0, self.image_bytes, True),)
+
+    @staticmethod
+    def from_segments(page_bytes: int, layout_id: str, parts: Sequence[tuple[str, int, bool]]) -> "CheckpointSpec":
+        """Lay out ``(name, nbytes, in_image)`` parts one after another, each start aligned."""
+        segs, offset = [], 0
+        for name, nbytes, in_image in parts:
+            if nbytes <= 0:
+                continue
+            size = round_up(nbytes, SEGMENT_ALIGN)
+            segs.append(Segment(name, offset, size, in_image))
+            offset += size
+        image = sum(s.nbytes for s in segs if s.in_image)
+        return CheckpointSpec(page_bytes, offset, image, layout_id, tuple(segs))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a request's checkpoint images go.
+
+    ``interval_tokens``: an image every N prompt tokens (a multiple of the block
+    size); 0 publishes no image at all. ``anchor``: ``"prompt_end"`` also places
+    one at the last full block of the prompt. A request holds at most
+    ``max_images_per_request`` images at once (the running one and the previous
+    one), one per boundary.
+    """
+
+    interval_tokens: int = 8192
+    anchor: str = "prompt_end"
+    max_images_per_request: int = 2
+    images_per_boundary: int = 1
+
+    @property
+    def publishes(self) -> bool:
+        return self.interval_tokens != 0
+
+    @property
+    def working_blocks_per_group(self) -> int:
+        """Blocks one request holds in each image group at its peak, published or not."""
+        return self.max_images_per_request
+
+    def validated(self, block_size: int) -> "Placement":
+        if self.interval_tokens < 0 or self.interval_tokens % block_size:
+            raise ValueError(f"{INTERVAL_ENV}={self.interval_tokens}: the image interval must be 0 (no images) "
+                             f"or a positive multiple of the {block_size}-token block")
+        if self.anchor not in ("prompt_end", "none"):
+            raise ValueError(f"unknown image anchor {self.anchor!r} (prompt_end, none)")
+        return self
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The checkpoint spec applied to one configuration: slots, k, blocks withheld."""
+
+    spec: CheckpointSpec
+    block_size: int
+    num_slots: int
+
+    @property
+    def k(self) -> int:
+        return self.spec.units_per_checkpoint
+
+    @property
+    def page_bytes(self) -> int:
+        return self.spec.page_bytes
+
+    @property
+    def slot_area_bytes(self) -> int:
+        return self.num_slots * self.spec.slot_bytes
+
+    @property
+    def withheld_blocks(self) -> int:
+        """Blocks at the tail of the allocation that back the slots (never in vLLM's pool)."""
+        return math.ceil(self.slot_area_bytes / self.spec.page_bytes)
+
+    def usable_blocks(self, physical_blocks: int) -> int:
+        """Blocks vLLM's pool gets (its null block included)."""
+        return physical_blocks - self.withheld_blocks
+
+    def slot_offset(self, physical_blocks: int, slot: int) -> int:
+        """Byte offset of slot ``slot`` in an allocation of ``physical_blocks`` blocks."""
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot {slot} out of range 0..{self.num_slots - 1}")
+        return self.usable_blocks(physical_blocks) * self.spec.page_bytes + slot * self.spec.slot_bytes
+
+
+@runtime_checkable
+class StateCopier(Protocol):
+    """Moves one checkpoint image between a request's slot and its ``k`` image blocks.
+
+    ``block_ids`` are the request's image blocks in image-group order (group 0's
+    block first), as vLLM's block tables hold them.
+    """
+
+    def store(self, slot: int, block_ids: Sequence[int]) -> None:
+        """Slot -> blocks: take an image of the slot's state."""
+
+    def restore(self, block_ids: Sequence[int], slot: int) -> None:
+        """Blocks -> slot: put an image back before the request resumes."""
+
+
+class ByteImageCopier:
+    """Reference copier over one flat byte buffer (the shared KV allocation).
+
+    The image is the spec's ``in_image`` segments of the slot, in order, cut into
+    ``k`` pages; page ``i`` goes to ``block_ids[i]``. A plugin with its own
+    layout supplies its own copier (usually a device kernel); this one is what
+    the protocol means, and runs on any torch device.
+    """
+
+    def __init__(self, buffer, sizing: Sizing, physical_blocks: int):
+        if buffer.dim() != 1 or buffer.numel() < physical_blocks * sizing.page_bytes:
+            raise ValueError(f"buffer of {buffer.numel()} bytes does not cover {physical_blocks} blocks "
+                             f"of {sizing.page_bytes} B")
+        self.buffer = buffer
+        self.sizing = sizing
+        self.physical_blocks = physical_blocks
+        self.usable_blocks = sizing.usable_blocks(physical_blocks)
+
+    def _ranges(self, slot: int) -> list[tuple[int, int]]:
+        base = self.sizing.slot_offset(self.physical_blocks, slot)
+        return [(base + s.offset, s.nbytes) for s in self.sizing.spec.image_segments()]
+
+    def _check_blocks(self, block_ids: Sequence[int]) -> None:
+        if len(block_ids) != self.sizing.k:
+            raise ValueError(f"an image takes k={self.sizing.k} blocks, got {len(block_ids)}")
+        bad = [b for b in block_ids if not 0 < b < self.usable_blocks]
+        if bad:
+            raise ValueError(f"image blocks {bad} outside the pool 1..{self.usable_blocks - 1} "
+                             "(0 is vLLM's null block; the tail holds the slots)")
+
+    def store(self, slot: int, block_ids: Sequence[int]) -> None:
+        import torch
+
+        self._check_blocks(block_ids)
+        image = torch.cat([self.buffer[o:o + n] for o, n in self._ranges(slot)])
+        page = self.sizing.page_bytes
+        for i, b in enumerate(block_ids):
+            part = image[i * page:(i + 1) * page]
+            self.buffer[b * page:b * page + part.numel()] = part
+
+    def restore(self, block_ids: Sequence[int], slot: int) -> None:
+        self._check_blocks(block_ids)
+        page = self.sizing.page_bytes
+        cursor = 0
+        for o, n in self._ranges(slot):
+            done = 0
+            while done < n:
+                i, within = divmod(cursor, page)
+                take = min(n - done, page - within)
+                src = block_ids[i] * page + within
+                self.buffer[o + done:o + done + take] = self.buffer[src:src + take]
+                done += take
+                cursor += take
+
+
+class ModelAdapter(ABC):
+    """One model family's side of the slot/image mechanism.
+
+    Subclasses set the class attributes and implement ``checkpoint_spec``.
+    Instances may override names (a plugin whose proxy layer is named
+    differently passes ``proxy_layer_name=...``).
+    """
+
+    #: Family name in logs and errors.
+    name: str = "model"
+    #: Exact architecture names (any of); never substrings.
+    architectures: tuple[str, ...] = ()
+    #: Who must serve them: "out_of_tree" (any plugin) or the plugin's module prefix.
+    served_by: str = "out_of_tree"
+    #: The proxy attention layer's name in the KV specs.
+    proxy_layer_name: str = ""
+    #: Suffix of the image layer names (``model.layers.{1+i}.<suffix>``).
+    image_layer_suffix: str = ""
+    #: Tokens per block of the proxy and of every image group.
+    block_size: int = 0
+    #: Placement defaults; the interval can be overridden by ``INTERVAL_ENV``.
+    placement_defaults: Placement = Placement()
+
+    def __init__(self, **overrides: Any):
+        for key, value in overrides.items():
+            if not hasattr(type(self), key):
+                raise TypeError(f"{type(self).__name__} has no attribute {key!r} to override")
+            setattr(self, key, value)
+
+    # -- model match -------------------------------------------------------
+    def matches(self, vllm_config: Any) -> bool:
+        """Exact architecture and vLLM's registry resolving it to the plugin's class."""
+        from vllm_patchkit.preconditions import config_facts, unmet_at_config
+        from vllm_patchkit.schema import When
+
+        when = When(architectures=list(self.architectures), served_by=self.served_by)
+        return unmet_at_config(when, config_facts(vllm_config)) is None
+
+    # -- layer names -------------------------------------------------------
+    def image_layer_names(self, k: int) -> list[str]:
+        # Layer index 1+i: index 0 is the proxy.
+        return [f"model.layers.{1 + i}.{self.image_layer_suffix}" for i in range(k)]
+
+    def is_image_layer(self, name: str) -> bool:
+        return name.endswith("." + self.image_layer_suffix)
+
+    def has_proxy(self, kv_cache_specs: Sequence[Mapping[str, Any]]) -> bool:
+        return any(self.proxy_layer_name in worker for worker in kv_cache_specs)
+
+    # -- sizing ------------------------------------------------------------
+    @abstractmethod
+    def checkpoint_spec(self, vllm_config: Any) -> CheckpointSpec:
+        """The slot and image layout for this configuration."""
+
+    def num_slots(self, vllm_config: Any) -> int:
+        """One slot per request vLLM may run at once."""
+        return max(1, int(vllm_config.scheduler_config.max_num_seqs))
+
+    def sizing(self, vllm_config: Any) -> Sizing:
+        return Sizing(self.checkpoint_spec(vllm_config), self.block_size, self.num_slots(vllm_config))
+
+    # -- placement ---------------------------------------------------------
+    def placement(self, env: Optional[Mapping[str, str]] = None) -> Placement:
+        env = os.environ if env is None else env
+        p = self.placement_defaults
+        raw = env.get(INTERVAL_ENV)
+        if raw not in (None, ""):
+            try:
+                interval = int(raw)
+            except ValueError:
+                raise ValueError(f"{INTERVAL_ENV}={raw!r} is not an integer") from None
+            p = Placement(interval, p.anchor, p.max_images_per_request, p.images_per_boundary)
+        return p.validated(self.block_size)
+
+    # -- copier ------------------------------------------------------------
+    def make_copier(self, buffer, sizing: Sizing, physical_blocks: int) -> StateCopier:
+        return ByteImageCopier(buffer, sizing, physical_blocks)
+
+
+@dataclass
+class Registry:
+    """Adapters the KV-config hook consults, first match wins."""
+
+    adapters: list[ModelAdapter] = field(default_factory=list)
+
+    def register(self, adapter: ModelAdapter) -> ModelAdapter:
+        clash = [a for a in self.adapters if a.proxy_layer_name == adapter.proxy_layer_name]
+        if clash and clash[0] is not adapter:
+            raise ValueError(f"proxy layer {adapter.proxy_layer_name!r} already belongs to adapter {clash[0].name!r}")
+        if not clash:
+            self.adapters.append(adapter)
+        return adapter
+
+    def unregister(self, adapter: ModelAdapter) -> None:
+        self.adapters = [a for a in self.adapters if a is not adapter]
+
+    def for_kv_specs(self, kv_cache_specs: Sequence[Mapping[str, Any]]) -> Optional[ModelAdapter]:
+        """The adapter whose proxy layer is among the KV specs, else None."""
+        return next((a for a in self.adapters if a.has_proxy(kv_cache_specs)), None)
+
+    def for_config(self, vllm_config: Any) -> Optional[ModelAdapter]:
+        return next((a for a in self.adapters if a.matches(vllm_config)), None)

@@ -1,0 +1,93 @@
+"""Time a static check of one whole vLLM release, read from its wheel without importing it.
+
+    python benchmarks/static_check.py --wheel /path/to/vllm-0.33.0-*.whl [--repeat 5]
+    python benchmarks/static_check.py --vllm 0.33.0        # the wheel from $VLLM_PATCHKIT_WHEEL_CACHE
+
+Figures printed:
+- `check (cold)`: `vllm-patchkit check` of the whole shipped patch set against the
+  wheel, from opening the zip to the report (a fresh reader each run: nothing cached);
+- `lookup (warm)`: one target again once its modules are parsed (the cache at work);
+  by default the pins compared are the oldest manifest's, so moved targets are searched for too;
+- `sweep`: every module-level function, class and method of the release fingerprinted
+  (an upper bound: what a check would cost if a patch set touched everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from packaging.version import Version
+
+from vllm_patchkit.contracts import StaticView, cached_wheel, check, read_manifests
+from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.static import Missing, StaticRelease
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wheel", type=Path, help="a vLLM wheel")
+    ap.add_argument("--vllm", help="take vllm-VERSION-*.whl from $VLLM_PATCHKIT_WHEEL_CACHE")
+    ap.add_argument("--repeat", type=int, default=5, help="cold runs of the check (default 5)")
+    ap.add_argument("--baseline", help="compare with this release's pins (default: the oldest manifest, so every "
+                    "pinned target is looked up, moved ones included)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip fingerprinting every def of the release")
+    args = ap.parse_args(argv)
+    wheel = args.wheel or (cached_wheel(args.vllm) if args.vllm else None)
+    if wheel is None or not Path(wheel).is_file():
+        ap.error("give --wheel PATH, or --vllm VERSION with the wheel in $VLLM_PATCHKIT_WHEEL_CACHE")
+
+    ps = load_patch_set(builtin_patch_dirs())
+    manifests, paths = read_manifests(builtin_manifest_dir(), ps)
+    targets = sorted({s for p in ps.patches.values() for s in ([p.target] if p.target else []) + list(p.copies)})
+
+    baseline = args.baseline or min(manifests, key=Version)
+    runs, report, rel = [], None, None
+    for _ in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        rel = StaticRelease.open(wheel)
+        report = check(StaticView(rel), ps, manifests, baseline=baseline, paths=paths)
+        runs.append(time.perf_counter() - t0)
+        rel.source.close()
+    rel = StaticRelease.open(wheel)
+    for spec in targets:
+        rel.lookup(spec)
+    warm_runs = []
+    for spec in targets:
+        t0 = time.perf_counter()
+        rel.lookup(spec)
+        warm_runs.append(time.perf_counter() - t0)
+    warm = statistics.median(warm_runs)
+
+    print(f"wheel          {Path(wheel).name} ({Path(wheel).stat().st_size / 1e6:,.0f} MB), vLLM {rel.version()}")
+    print(f"patch set      {len(ps.patches)} patch versions, {len(targets)} distinct targets and copies")
+    c = report.counts()
+    print(f"pins           vLLM {baseline}")
+    print(f"result         {c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned, "
+          f"{c['not_applicable']} not applicable ({len(report.breakages)} breakages)")
+    print(f"check (cold)   min {_ms(min(runs))}, median {_ms(statistics.median(runs))}, max {_ms(max(runs))} "
+          f"over {len(runs)} runs; {len([m for m in rel._modules.values() if m])} modules parsed")
+    print(f"lookup (warm)  median {warm * 1e6:,.1f} us per target")
+    if not args.no_sweep:
+        sweep = StaticRelease.open(wheel)
+        t0 = time.perf_counter()
+        specs = list(sweep.iter_defs("vllm"))
+        parsed = time.perf_counter() - t0
+        missing = sum(isinstance(sweep.lookup(s), Missing) for s in specs)
+        total = time.perf_counter() - t0
+        mods = len([m for m in sweep._modules.values() if m])
+        print(f"sweep          {len(specs):,} functions, classes and methods in {mods:,} modules: "
+              f"{total:.2f} s ({_ms(parsed)} reading and parsing, {total / len(specs) * 1e6:,.1f} us per def); "
+              f"{missing} unreadable")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""KV-config hook: size the KV pool of a model with per-request state slots (via its adapter).
+
+Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy). Per call:
+
+1. **Pass through** untouched unless a registered adapter's proxy layer is among
+   the KV specs (vLLM's own DeepSeek-V4/V4.1 and every other model).
+2. **Price** the proxy and the image layers at the adapter's real bytes per
+   block, so vLLM's block count is the model's real one.
+3. **Check the minimum pool** before vLLM does: one max-length request's peak is
+   ``ceil(max_model_len / block_size)`` proxy blocks + 2 working blocks per image
+   group + vLLM's null block, out of ``physical - withheld`` blocks. One block
+   short stops start-up with the numbers and a remedy that works for how the
+   block count was set (``--num-gpu-blocks-override`` pins it; otherwise memory).
+4. Call vLLM's own function (its own grouping, auto-fit and checks).
+5. With ``--max-model-len -1``, **re-run vLLM's own auto-fit**
+   (``_auto_fit_max_model_len``) over the non-image groups against the blocks left
+   (``physical - withheld - null - 2 per image group``); vLLM writes the shorter
+   length into ``model_config.max_model_len`` as usual, and EngineCore sends it
+   to the workers and the API server as it does after its own auto-fit.
+6. **Withhold** the slot area as a tail: ``num_blocks = physical - withheld``;
+   the tensors keep their size, so the slots keep their backing bytes.
+
+Every decision (numbers included) is logged once and noted in this patch's
+record (``detail.last_call``), so ``vllm-patchkit status --json`` shows it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional
+
+from vllm_patchkit import runtime
+from vllm_patchkit.adapters import REGISTRY, ModelAdapter, Placement, Sizing
+from vllm_patchkit.errors import Refusal
+
+log = logging.getLogger("vllm.patchkit")
+
+PATCH_ID = "kv-config-hook"
+NULL_BLOCKS = 1  # vLLM's BlockPool keeps block 0 as its null block
+#: vLLM's auto-fit helper this hook re-runs, and the parameters it must take.
+AUTO_FIT = "_auto_fit_max_model_len"
+AUTO_FIT_PARAMS = ("vllm_config", "projected_groups_per_worker", "available_memory")
+
+
+class PoolTooSmall(Refusal):
+    """The KV pool cannot hold one max-length request once the slots are withheld."""
+
+
+# ---------------------------------------------------------------------------
+# The pool plan: every number the hook decides with, as one value
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class PoolPlan:
+    adapter: str
+    block_size: int
+    page_bytes: int
+    physical: int
+    withheld: int
+    num_slots: int
+    slot_bytes: int
+    k: int
+    image_groups: int
+    working_per_group: int
+    interval_tokens: int
+    publishes: bool
+    pinned_by_override: bool
+    auto_fit: bool
+    max_model_len: int = 0
+    max_model_len_vllm_alone: Optional[int] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def working_blocks(self) -> int:
+        return self.working_per_group * self.image_groups
+
+    @property
+    def usable(self) -> int:
+        """Blocks vLLM's pool gets (null block included)."""
+        return self.physical - self.withheld
+
+    @property
+    def left_for_history(self) -> int:
+        """Blocks one request's paged history may take: physical - withheld - null - working."""
+        return self.physical - self.withheld - NULL_BLOCKS - self.working_blocks
+
+    def history_blocks(self, max_model_len: int) -> int:
+        return math.ceil(max_model_len / self.block_size)
+
+    def minimum_physical(self, max_model_len: int) -> int:
+        return self.history_blocks(max_model_len) + self.working_blocks + NULL_BLOCKS + self.withheld
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(usable=self.usable, left_for_history=self.left_for_history, working_blocks=self.working_blocks)
+        return d
+
+
+def _physical_blocks(vllm_config, kv_cache_specs, available_memory, page_bytes: int) -> int:
+    """The block count vLLM will choose: the override if set, else the smallest worker's memory / page."""
+    override = vllm_config.cache_config.num_gpu_blocks_override
+    if override is not None:
+        return int(override)
+    return min(int(mem) // page_bytes for specs, mem in zip(kv_cache_specs, available_memory) if specs)
+
+
+def _refusal(plan: PoolPlan, max_model_len: Optional[int]) -> PoolTooSmall:
+    """The start-up message: the numbers, then remedies that work for how the block count was set."""
+    bs = plan.block_size
+    if max_model_len is None:  # --max-model-len -1: not even one block of history fits
+        need, asked = 1, "--max-model-len -1 (auto-fit) needs at least 1"
+        target = plan.minimum_physical(bs)
+    else:
+        need = plan.history_blocks(max_model_len)
+        asked = f"max_model_len={max_model_len} needs ceil({max_model_len}/{bs}) = {need}"
+        target = plan.minimum_physical(max_model_len)
+    have = plan.left_for_history
+    head = (
+        f"{plan.adapter} KV pool too small for one max-length request: {plan.physical} blocks of "
+        f"{plan.page_bytes} B (block size {bs}) - {plan.withheld} withheld for {plan.num_slots} state slots "
+        f"of {plan.slot_bytes} B - {NULL_BLOCKS} vLLM null block - {plan.working_blocks} image working blocks "
+        f"({plan.working_per_group} x {plan.image_groups} image groups) = {have} blocks for the paged history, "
+        f"but {asked}; {target - plan.physical} block(s) short."
+    )
+    remedies = []
+    if have >= 1:
+        remedies.append(f"lower --max-model-len to at most {have * bs} (or pass --max-model-len -1 to fit it)")
+    if plan.pinned_by_override:
+        remedies.append(f"raise --num-gpu-blocks-override to at least {target} (it pins the block count; "
+                        "more memory does not change it)")
+    else:
+        remedies.append(f"give the KV cache at least {target} blocks ({target * plan.page_bytes} B, now "
+                        f"{plan.physical * plan.page_bytes} B): raise --gpu-memory-utilization "
+                        "(VLLM_CPU_KVCACHE_SPACE on CPU) or --kv-cache-memory-bytes")
+    spare = plan.physical - NULL_BLOCKS - plan.working_blocks - max(need, 1)
+    fit_slots = (spare * plan.page_bytes) // plan.slot_bytes if spare > 0 else 0
+    if 1 <= fit_slots < plan.num_slots:
+        remedies.append(f"lower --max-num-seqs to at most {fit_slots} (each running request withholds a "
+                        f"{plan.slot_bytes} B state slot)")
+    return PoolTooSmall(f"vllm-patchkit: {PATCH_ID}: {head} Remedy: " + "; or ".join(remedies) + ".")
+
+
+# ---------------------------------------------------------------------------
+# Pricing, image groups
+# ---------------------------------------------------------------------------
+
+
+def _priced(spec: Any, page_bytes: int, layer: str) -> Any:
+    """The spec with its page padded up to the adapter's real bytes per block."""
+    current = spec.page_size_bytes
+    if current == page_bytes:
+        return spec
+    if current > page_bytes or not hasattr(spec, "page_size_padded"):
+        raise ValueError(
+            f"vllm-patchkit: {PATCH_ID}: KV spec of {layer} has {current} B per block, the adapter's real "
+            f"bytes per block are {page_bytes} B: the model and the adapter disagree about the layout")
+    return replace(spec, page_size_padded=page_bytes)
+
+
+def _priced_specs(adapter: ModelAdapter, kv_cache_specs: list[dict], page_bytes: int) -> list[dict]:
+    out = []
+    for worker in kv_cache_specs:
+        priced = {}
+        for name, spec in worker.items():
+            if name == adapter.proxy_layer_name or adapter.is_image_layer(name):
+                spec = _priced(spec, page_bytes, name)
+            priced[name] = spec
+        out.append(priced)
+    return out
+
+
+def _image_layers(adapter: ModelAdapter, kv_cache_specs: list[dict]) -> list[str]:
+    names: dict[str, None] = {}
+    for worker in kv_cache_specs:
+        for name in worker:
+            if adapter.is_image_layer(name):
+                names[name] = None
+    return list(names)
+
+
+def _is_image_group(adapter: ModelAdapter, group) -> bool:
+    return any(adapter.is_image_layer(n) for n in group.layer_names)
+
+
+# ---------------------------------------------------------------------------
+# The wrap
+# ---------------------------------------------------------------------------
+
+
+def _note(detail: dict) -> None:
+    """Put the call's decision into this patch's record in this process (if a loader runs here)."""
+    loader = runtime.current()
+    rec = getattr(loader, "records", {}).get(PATCH_ID) if loader is not None else None
+    if rec is None:
+        return
+    rec.detail["last_call"] = detail
+    decisions = rec.detail.setdefault("decisions", {})
+    decisions[detail["decision"]] = decisions.get(detail["decision"], 0) + 1
+    loader.flush()
+
+
+def _auto_fit():
+    """vLLM's own auto-fit helper, checked against the parameters this hook passes."""
+    from vllm.v1.core import kv_cache_utils
+
+    fn = getattr(kv_cache_utils, AUTO_FIT, None)
+    params = tuple(inspect.signature(fn).parameters) if fn is not None else None
+    if params != AUTO_FIT_PARAMS:
+        raise RuntimeError(
+            f"vllm-patchkit: {PATCH_ID}: vllm.v1.core.kv_cache_utils.{AUTO_FIT} takes {params}, this hook "
+            f"passes {AUTO_FIT_PARAMS}; this patch version does not fit the installed vLLM")
+    return fn
+
+
+def _bind(original, args: tuple, kwargs: dict):
+    bound = inspect.signature(original).bind(*args, **kwargs)
+    return bound.arguments["vllm_config"], bound.arguments["kv_cache_specs"], bound.arguments["available_memory"]
+
+
+def _with_specs(original, args: tuple, kwargs: dict, specs) -> tuple[tuple, dict]:
+    """The same call, passed the same way, with only `kv_cache_specs` replaced."""
+    if "kv_cache_specs" in kwargs:
+        return args, {**kwargs, "kv_cache_specs": specs}
+    index = list(inspect.signature(original).parameters).index("kv_cache_specs")
+    return args[:index] + (specs,) + args[index + 1:], kwargs
+
+
+def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memory,
+              sizing: Optional[Sizing] = None, placement: Optional[Placement] = None) -> PoolPlan:
+    """Everything the hook decides before calling vLLM; raises PoolTooSmall when one request cannot fit."""
+    sizing = sizing or adapter.sizing(vllm_config)
+    placement = placement or adapter.placement()
+    images = _image_layers(adapter, kv_cache_specs)
+    if images and len(images) != sizing.k:
+        raise ValueError(
+            f"vllm-patchkit: {PATCH_ID}: the model registered {len(images)} {adapter.name} image layers, the "
+            f"adapter's checkpoint spec needs k = ceil({sizing.spec.image_bytes} / {sizing.page_bytes}) = "
+            f"{sizing.k}: the model and the adapter disagree about the image")
+    mc = vllm_config.model_config
+    plan = PoolPlan(
+        adapter=adapter.name,
+        block_size=adapter.block_size,
+        page_bytes=sizing.page_bytes,
+        physical=_physical_blocks(vllm_config, kv_cache_specs, available_memory, sizing.page_bytes),
+        withheld=sizing.withheld_blocks,
+        num_slots=sizing.num_slots,
+        slot_bytes=sizing.spec.slot_bytes,
+        k=sizing.k,
+        image_groups=len(images),
+        working_per_group=placement.working_blocks_per_group,
+        interval_tokens=placement.interval_tokens,
+        publishes=placement.publishes,
+        pinned_by_override=vllm_config.cache_config.num_gpu_blocks_override is not None,
+        auto_fit=mc.original_max_model_len == -1,
+        max_model_len=int(mc.max_model_len),
+    )
+    if images and not placement.publishes:
+        plan.notes.append("interval 0: no image is published; the image groups' working blocks still count")
+    if plan.auto_fit:
+        if plan.left_for_history < 1:
+            raise _refusal(plan, None)
+    elif plan.left_for_history < plan.history_blocks(plan.max_model_len):
+        raise _refusal(plan, plan.max_model_len)
+    return plan
+
+
+def get_kv_cache_configs(original, *args, **kwargs):
+    """Wrap of vllm.v1.core.kv_cache_utils:get_kv_cache_configs (see the module docstring)."""
+    vllm_config, kv_cache_specs, available_memory = _bind(original, args, kwargs)
+    adapter = REGISTRY.for_kv_specs(kv_cache_specs)
+    if adapter is None:
+        _note({"decision": "passthrough", "reason": "no registered adapter's proxy layer among the KV specs",
+               "layers": sum(len(w) for w in kv_cache_specs)})
+        return original(*args, **kwargs)
+
+    auto_fit = _auto_fit()
+    try:
+        plan = plan_pool(adapter, vllm_config, kv_cache_specs, available_memory)
+    except PoolTooSmall as exc:
+        _note({"decision": "refused", "adapter": adapter.name, "message": str(exc)})
+        raise
+
+    args, kwargs = _with_specs(original, args, kwargs, _priced_specs(adapter, kv_cache_specs, plan.page_bytes))
+    configs = original(*args, **kwargs)
+
+    for cfg in configs:
+        if cfg.num_blocks != plan.physical:
+            raise RuntimeError(
+                f"vllm-patchkit: {PATCH_ID}: vLLM made {cfg.num_blocks} blocks, the plan expected "
+                f"{plan.physical} at {plan.page_bytes} B per block: layers other than the proxy and the image "
+                "layers change the pool's bytes per block; the adapter must price them")
+        image_groups = [g for g in cfg.kv_cache_groups if _is_image_group(adapter, g)]
+        if image_groups and (len(image_groups) != plan.image_groups
+                             or any(len(g.layer_names) != 1 for g in image_groups)):
+            raise RuntimeError(
+                f"vllm-patchkit: {PATCH_ID}: vLLM grouped the {plan.image_groups} image layers into "
+                f"{[g.layer_names for g in image_groups]}; each must be its own single-layer group")
+
+    if plan.auto_fit:
+        plan.max_model_len_vllm_alone = int(vllm_config.model_config.max_model_len)
+        groups = [[g for g in cfg.kv_cache_groups if not _is_image_group(adapter, g)] for cfg in configs]
+        left = [plan.left_for_history * plan.page_bytes if g else 0 for g in groups]
+        auto_fit(vllm_config, groups, left)
+    plan.max_model_len = int(vllm_config.model_config.max_model_len)
+    if plan.left_for_history < plan.history_blocks(plan.max_model_len):
+        _note({"decision": "refused", "adapter": adapter.name, "plan": plan.as_dict()})
+        raise _refusal(plan, plan.max_model_len)
+
+    for cfg in configs:
+        cfg.num_blocks = plan.usable
+
+    log.info(
+        "vllm-patchkit: %s: %s pool: %d physical blocks of %d B (block %d), %d withheld for %d slots of %d B, "
+        "null 1, %d image working blocks (%d groups, k=%d, interval %d%s) -> %d blocks in vLLM's pool, "
+        "max_model_len %d%s",
+        PATCH_ID, plan.adapter, plan.physical, plan.page_bytes, plan.block_size, plan.withheld, plan.num_slots,
+        plan.slot_bytes, plan.working_blocks, plan.image_groups, plan.k, plan.interval_tokens,
+        "" if plan.publishes else " (no image published)", plan.usable, plan.max_model_len,
+        f" (re-fit; vLLM alone {plan.max_model_len_vllm_alone})" if plan.auto_fit else "",
+    )
+    _note({"decision": "sized", "plan": plan.as_dict()})
+    return configs

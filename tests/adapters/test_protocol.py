@@ -1,0 +1,197 @@
+"""The adapter protocol: sizing arithmetic, placement defaults, the reference copier, the registry, the model match."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_patchkit.adapters import (
+    INTERVAL_ENV,
+    REGISTRY,
+    ByteImageCopier,
+    CheckpointSpec,
+    DeepseekV4Adapter,
+    ModelAdapter,
+    Placement,
+    Registry,
+    Sizing,
+    StateCopier,
+)
+from vllm_patchkit.demo.tiny_model import build_tiny_model
+
+STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
+
+
+class Toy(ModelAdapter):
+    name = "Toy"
+    architectures = ("ToyForCausalLM",)
+    proxy_layer_name = "model.layers.0.toy_proxy"
+    image_layer_suffix = "toy_image"
+    block_size = 16
+
+    def __init__(self, spec=None, **kw):
+        super().__init__(**kw)
+        self.spec = spec or CheckpointSpec(page_bytes=64, slot_bytes=200, image_bytes=150, layout_id="toy")
+
+    def checkpoint_spec(self, vllm_config):
+        return self.spec
+
+
+# -- checkpoint spec and sizing -----------------------------------------------
+
+def test_units_per_checkpoint_is_ceil_image_over_page():
+    assert CheckpointSpec(4096, 11_000, 10_000, "t").units_per_checkpoint == 3
+    assert CheckpointSpec(4096, 8192, 8192, "t").units_per_checkpoint == 2
+    assert CheckpointSpec(4096, 8193, 8193, "t").units_per_checkpoint == 3
+
+
+@pytest.mark.parametrize("args", [(0, 10, 10), (64, 10, 11), (64, 0, 0)])
+def test_bad_specs_are_rejected(args):
+    with pytest.raises(ValueError):
+        CheckpointSpec(*args, "t")
+
+
+def test_from_segments_aligns_and_keeps_image_parts_in_order():
+    spec = CheckpointSpec.from_segments(1024, "t", [("a", 100, True), ("b", 300, False), ("c", 10, True), ("z", 0, True)])
+    assert [(s.name, s.offset, s.nbytes, s.in_image) for s in spec.segments] == [
+        ("a", 0, 256, True), ("b", 256, 512, False), ("c", 768, 256, True)]
+    assert (spec.slot_bytes, spec.image_bytes, spec.units_per_checkpoint) == (1024, 512, 1)
+    assert [s.name for s in spec.image_segments()] == ["a", "c"]
+
+
+def test_sizing_withholds_the_slot_area_as_a_tail():
+    sizing = Sizing(CheckpointSpec(4096, 11_000, 10_000, "t"), block_size=256, num_slots=4)
+    assert (sizing.k, sizing.slot_area_bytes, sizing.withheld_blocks) == (3, 44_000, 11)
+    assert sizing.usable_blocks(100) == 89
+    assert sizing.slot_offset(100, 0) == 89 * 4096 and sizing.slot_offset(100, 3) == 89 * 4096 + 33_000
+    with pytest.raises(IndexError):
+        sizing.slot_offset(100, 4)
+
+
+# -- placement ------------------------------------------------------------------
+
+def test_placement_defaults_are_the_seeds():
+    p = DeepseekV4Adapter().placement({})
+    assert (p.interval_tokens, p.anchor, p.max_images_per_request, p.images_per_boundary) == (8192, "prompt_end", 2, 1)
+    assert p.publishes and p.working_blocks_per_group == 2
+
+
+def test_interval_zero_publishes_nothing_but_keeps_two_working_blocks():
+    p = DeepseekV4Adapter().placement({INTERVAL_ENV: "0"})
+    assert not p.publishes and p.working_blocks_per_group == 2
+
+
+@pytest.mark.parametrize("raw", ["100", "-256", "x"])
+def test_bad_intervals_are_refused(raw):
+    with pytest.raises(ValueError, match=INTERVAL_ENV):
+        DeepseekV4Adapter().placement({INTERVAL_ENV: raw})
+
+
+def test_interval_override_must_be_block_aligned():
+    assert DeepseekV4Adapter().placement({INTERVAL_ENV: "512"}).interval_tokens == 512
+    with pytest.raises(ValueError):
+        Placement(anchor="middle").validated(256)
+
+
+# -- the reference copier ---------------------------------------------------------
+
+def _pool(adapter, physical):
+    sizing = Sizing(adapter.spec, adapter.block_size, num_slots=2)
+    buf = torch.zeros(physical * sizing.page_bytes, dtype=torch.uint8)
+    return sizing, buf
+
+
+def test_copier_round_trips_an_image_through_k_scattered_blocks():
+    spec = CheckpointSpec.from_segments(256, "t", [("ring", 300, True), ("hca", 200, False), ("csa", 100, True)])
+    adapter = Toy(spec)
+    sizing, buf = _pool(adapter, physical=12)
+    assert sizing.k == 3 and sizing.withheld_blocks == 8  # 2 slots x 1024 B / 256
+    copier = adapter.make_copier(buf, sizing, 12)
+    assert isinstance(copier, StateCopier)
+    base0, base1 = sizing.slot_offset(12, 0), sizing.slot_offset(12, 1)
+    buf[base0:base0 + spec.slot_bytes] = torch.randint(1, 255, (spec.slot_bytes,), dtype=torch.uint8)
+    before_pool = buf[:base0].clone()
+    copier.store(0, [3, 1, 2])
+    assert not torch.equal(buf[:base0], before_pool)  # the image went into the pool's blocks
+    copier.restore([3, 1, 2], 1)
+    for seg in spec.segments:
+        a = buf[base0 + seg.offset:base0 + seg.offset + seg.nbytes]
+        b = buf[base1 + seg.offset:base1 + seg.offset + seg.nbytes]
+        assert torch.equal(a, b) == seg.in_image, seg.name  # carried parts restored, the rest untouched
+
+
+@pytest.mark.parametrize("blocks, match", [([1, 2], "k=3"), ([0, 1, 2], "null block"), ([1, 2, 4], "outside the pool")])
+def test_copier_refuses_wrong_blocks(blocks, match):
+    adapter = Toy(CheckpointSpec(256, 700, 700, "t"))
+    sizing, buf = _pool(adapter, physical=10)  # 2 slots x 700 B -> 6 withheld, pool 0..3
+    with pytest.raises(ValueError, match=match):
+        ByteImageCopier(buf, sizing, 10).store(0, blocks)
+
+
+def test_copier_needs_a_buffer_covering_every_physical_block():
+    adapter = Toy()
+    sizing, buf = _pool(adapter, physical=10)
+    with pytest.raises(ValueError, match="does not cover 11 blocks"):
+        ByteImageCopier(buf, sizing, 11)
+
+
+# -- registry and names -----------------------------------------------------------
+
+def test_registry_finds_the_adapter_by_its_proxy_layer_only():
+    reg = Registry([Toy()])
+    toy = reg.adapters[0]
+    assert reg.for_kv_specs([{"model.layers.0.self_attn.attn": object()}]) is None
+    assert reg.for_kv_specs([{}, {toy.proxy_layer_name: object()}]) is toy  # any worker (pipeline stages)
+    assert reg.for_kv_specs([{"model.layers.0.toy_proxy_not": object()}]) is None
+    with pytest.raises(ValueError, match="already belongs"):
+        reg.register(Toy())
+    assert reg.register(toy) is toy
+
+
+def test_image_layer_names_and_overrides():
+    toy = Toy(proxy_layer_name="model.layers.0.other_proxy")
+    assert toy.proxy_layer_name == "model.layers.0.other_proxy"
+    assert toy.image_layer_names(2) == ["model.layers.1.toy_image", "model.layers.2.toy_image"]
+    assert toy.is_image_layer("model.layers.7.toy_image") and not toy.is_image_layer("model.layers.7.toy_image2")
+    with pytest.raises(TypeError):
+        Toy(no_such_field=1)
+
+
+def test_the_v4_adapter_is_registered_by_default():
+    assert any(isinstance(a, DeepseekV4Adapter) for a in REGISTRY.adapters)
+
+
+# -- model match: exact architecture + served by the plugin ---------------------------
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    base = tmp_path_factory.mktemp("adapter-match")
+    return {a: build_tiny_model(base / a, architecture=a)
+            for a in ("DeepseekV4ForCausalLM", "DeepseekV41ForCausalLM", "LlamaForCausalLM")}
+
+
+def _config(model_dir):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=str(model_dir), max_model_len=512, dtype="float32").create_engine_config()
+
+
+@pytest.fixture
+def standin_registered():
+    from vllm import ModelRegistry
+
+    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
+    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
+    yield
+    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
+
+
+def test_matches_only_the_plugins_v4(checkpoints, standin_registered):
+    v4 = DeepseekV4Adapter()
+    assert v4.matches(_config(checkpoints["DeepseekV4ForCausalLM"]))
+    assert not v4.matches(_config(checkpoints["DeepseekV41ForCausalLM"]))  # no substring match
+    assert not v4.matches(_config(checkpoints["LlamaForCausalLM"]))
+
+
+def test_does_not_match_vllms_own_v4(checkpoints):
+    assert not DeepseekV4Adapter().matches(_config(checkpoints["DeepseekV4ForCausalLM"]))

@@ -1,0 +1,212 @@
+"""Every breakage class, from a small synthetic before/after source tree.
+
+Each case pins a patch on the "before" tree (1.0.0) and checks the "after" tree
+(2.0.0) statically: the finding's kind, where it is, and that its explanation
+names what changed at the parameter level.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_patchkit.contracts import BreakageKind as K
+
+from .helpers import patch_doc
+
+F = "toy.mod:f"
+M = "toy.mod:Runner.step"
+MOD_BEFORE = "def other():\n    pass\n\n"
+
+
+def fn(sig: str, body: str = "pass") -> dict[str, str]:
+    return {"toy/mod.py": f"{MOD_BEFORE}def f{sig}:\n    {body}\n"}
+
+
+def method(decorator: str, sig: str) -> dict[str, str]:
+    return {"toy/mod.py": f"class Runner:\n    {decorator}\n    def step{sig}:\n        pass\n"}
+
+
+# (case id, before tree, after tree, patch kind, expected kinds, text the explanation must contain)
+SIGNATURE_CASES = [
+    ("required_parameter_added", fn("(a, b=1)"), fn("(a, c, b=1)"), [K.required_parameter_added],
+     "required parameter 'c' added (positional-or-keyword, position 1)"),
+    ("optional_parameter_added", fn("(a)"), fn("(a, b=None)"), [K.optional_parameter_added],
+     "parameter 'b' added (positional-or-keyword, position 1, default None)"),
+    ("parameter_removed", fn("(kv_cache_groups, block_size)"), fn("(kv_cache_groups)"), [K.parameter_removed],
+     "parameter 'block_size' removed (was positional-or-keyword, position 1)"),
+    ("parameter_renamed", fn("(idx, sampled_tokens, query_start_loc=None)"), fn("(idx, tokens, query_start_loc=None)"),
+     [K.parameter_renamed], "parameter 'sampled_tokens' renamed to 'tokens'"),
+    ("parameter_reordered", fn("(a, b, c)"), fn("(a, c, b)"), [K.parameter_moved, K.parameter_moved],
+     "parameter 'b' moved from position 1 to 2"),
+    ("positional_to_keyword_only", fn("(a, b=1)"), fn("(a, *, b=1)"), [K.parameter_kind_changed],
+     "parameter 'b' changed kind: positional-or-keyword -> keyword-only"),
+    ("positional_only", fn("(a, b)"), fn("(a, /, b)"), [K.parameter_kind_changed],
+     "parameter 'a' changed kind: positional-or-keyword -> positional-only"),
+    ("default_removed", fn("(a, query_start_loc=None)"), fn("(a, query_start_loc)"), [K.parameter_now_required],
+     "parameter 'query_start_loc' is now required (its default None was removed)"),
+    ("default_added", fn("(a, use_cascade_attn)"), fn("(a, use_cascade_attn=False)"), [K.parameter_now_optional],
+     "parameter 'use_cascade_attn' now has a default (False)"),
+    ("default_changed", fn("(a, b=1)"), fn("(a, b=2)"), [K.default_changed], "default of 'b' changed: 1 -> 2"),
+    ("kwargs_added", fn("(a)"), fn("(a, **kwargs)"), [K.optional_parameter_added], "parameter 'kwargs' added (var-keyword)"),
+    ("keyword_only_reordered", fn("(*, a, b)"), fn("(*, b, a)"), [K.signature_changed],
+     "signature changed: (*, a, b) -> (*, b, a)"),
+]
+
+
+@pytest.mark.parametrize("before, after, kinds, text", [c[1:] for c in SIGNATURE_CASES], ids=[c[0] for c in SIGNATURE_CASES])
+def test_signature_breakages(scenario, before, after, kinds, text):
+    s = scenario(before, after, [patch_doc("p", F)])
+    report = s.check()
+    found = report.breakages
+    assert [b.kind for b in found] == kinds, [b.explain() for b in found]
+    assert all(b.target == F and b.patch == "p@1" for b in found)
+    assert any(text in b.explain() for b in found), [b.explain() for b in found]
+    assert report.results[0].status == "broken" and report.exit_code() == 1
+
+
+def test_unchanged_target_is_ok(scenario):
+    s = scenario(fn("(a, b=1)", "return a"), fn("(a, b=1)", "return a + b  # body changes do not matter to a wrap"),
+                 [patch_doc("p", F)])
+    report = s.check()
+    assert report.breakages == [] and report.results[0].status == "ok" and report.exit_code() == 0
+
+
+def test_method_became_staticmethod(scenario):
+    s = scenario(method("", "(self, x)"), method("@staticmethod", "(x)"), [patch_doc("p", M)])
+    [b] = s.check().breakages
+    assert b.kind is K.kind_changed
+    assert b.explain() == "toy.mod:Runner.step: changed from a method to a staticmethod"
+
+
+def test_target_removed(scenario):
+    s = scenario(fn("(a)"), {"toy/mod.py": MOD_BEFORE}, [patch_doc("p", F)])
+    [b] = s.check().breakages
+    assert b.kind is K.target_removed
+    assert "module 'toy.mod' has no attribute 'f'" in b.explain()
+
+
+def test_module_removed(scenario):
+    s = scenario({**fn("(a)"), "toy/keep.py": "x = 1\n"}, {"toy/keep.py": "x = 1\n"}, [patch_doc("p", F)])
+    [b] = s.check().breakages
+    assert b.kind is K.target_removed and "module 'toy.mod' is not in this release" in b.explain()
+
+
+def test_method_moved_to_another_module(scenario):
+    """The class moved to a sub-package: the old place is gone, the new one is named."""
+    before = {"toy/runner.py": "class Runner:\n    def step(self, batch):\n        pass\n", "toy/engine/__init__.py": ""}
+    after = {"toy/engine/runner.py": "class Runner:\n    def step(self, batch):\n        pass\n"}
+    s = scenario(before, after, [patch_doc("p", "toy.runner:Runner.step")])
+    [b] = s.check().breakages
+    assert b.kind is K.target_moved
+    assert b.new == "toy.engine.runner:Runner.step"
+    assert "target moved: now defined at toy.engine.runner:Runner.step" in b.explain()
+    assert "module 'toy.runner' is not in this release" in b.explain()
+
+
+def test_method_moved_to_a_base_class_in_another_module(scenario):
+    before = {"toy/runner.py": "class Runner:\n    def step(self):\n        pass\n"}
+    after = {
+        "toy/base.py": "class BaseRunner:\n    def step(self):\n        pass\n",
+        "toy/runner.py": "from toy.base import BaseRunner\n\nclass Runner(BaseRunner):\n    pass\n",
+    }
+    s = scenario(before, after, [patch_doc("p", "toy.runner:Runner.step")])
+    [b] = s.check().breakages
+    assert b.kind is K.target_moved and b.new == "toy.base:BaseRunner.step"
+    assert "'step' is inherited from toy.base:BaseRunner, not defined on Runner" in b.explain()
+
+
+def test_function_moved_to_a_sibling_module(scenario):
+    """vLLM 0.33 moved get_kv_cache_configs from kv_cache_utils to kv_cache_planning."""
+    before = {"toy/core/utils.py": "def get_configs(cfg, specs):\n    pass\n"}
+    after = {"toy/core/utils.py": "X = 1\n", "toy/core/planning.py": "def get_configs(cfg, specs, groups):\n    pass\n"}
+    s = scenario(before, after, [patch_doc("p", "toy.core.utils:get_configs")])
+    [b] = s.check().breakages
+    assert b.kind is K.target_moved and b.new == "toy.core.planning:get_configs"
+
+
+COPY_BEFORE = {
+    "toy/utils.py": "def helper(cfg, specs):\n    pass\n",
+    "toy/engine.py": "from toy.utils import helper\n\ndef run():\n    return helper(1, 2)\n",
+}
+
+
+def test_function_imported_by_value_is_followed(scenario):
+    """EngineCore's `from ... import get_kv_cache_configs`: the copy resolves to the same definition."""
+    s = scenario(COPY_BEFORE, COPY_BEFORE, [patch_doc("p", "toy.utils:helper", copies=["toy.engine:helper"])])
+    pins = s.pinned.manifest.patches[0].targets
+    assert pins["toy.engine:helper"] == pins["toy.utils:helper"]
+    assert pins["toy.engine:helper"].signature == "(cfg, specs)"
+    assert s.check().breakages == []
+
+
+def test_copy_follows_a_changed_function(scenario):
+    after = {**COPY_BEFORE, "toy/utils.py": "def helper(cfg, specs, groups):\n    pass\n"}
+    s = scenario(COPY_BEFORE, after, [patch_doc("p", "toy.utils:helper", copies=["toy.engine:helper"])])
+    found = {(b.target, b.kind) for b in s.check().breakages}
+    assert found == {("toy.utils:helper", K.required_parameter_added), ("toy.engine:helper", K.required_parameter_added)}
+
+
+def test_copy_location_gone(scenario):
+    after = {**COPY_BEFORE, "toy/engine.py": "def run():\n    return None\n"}
+    s = scenario(COPY_BEFORE, after, [patch_doc("p", "toy.utils:helper", copies=["toy.engine:helper"])])
+    [b] = s.check().breakages
+    assert b.kind is K.copy_gone and b.target == "toy.engine:helper"
+    assert b.explain() == "toy.engine:helper: copy location gone: module 'toy.engine' has no attribute 'helper'"
+
+
+def test_copy_holds_another_function(scenario):
+    after = {**COPY_BEFORE, "toy/engine.py": "def helper(cfg, specs):\n    return 0\n"}
+    s = scenario(COPY_BEFORE, after, [patch_doc("p", "toy.utils:helper", copies=["toy.engine:helper"])])
+    [b] = s.check().breakages
+    assert b.kind is K.copy_differs
+    assert "it holds toy.engine:helper, the target is toy.utils:helper" in b.explain()
+
+
+def test_copy_through_a_relative_import_and_alias(scenario):
+    tree = {
+        "toy/core/utils.py": "def helper(cfg):\n    pass\n",
+        "toy/core/engine.py": "from .utils import helper as _h\nhelper = _h\n",
+    }
+    s = scenario(tree, tree, [patch_doc("p", "toy.core.utils:helper", copies=["toy.core.engine:helper"])])
+    assert s.check().breakages == []
+
+
+def test_source_changed_for_a_replace(scenario):
+    s = scenario(fn("(a)", "return a"), fn("(a)", "return a + 1"), [patch_doc("p", F, kind="replace")])
+    assert s.pinned.manifest.patches[0].targets[F].source_digest.startswith("sha256:")
+    [b] = s.check().breakages
+    assert b.kind is K.source_changed and "must be re-synced" in b.explain()
+
+
+def test_decorator_layer_added(scenario):
+    deco = ("import functools\n\ndef traced(fn):\n    @functools.wraps(fn)\n    def inner(*a, **k):\n"
+            "        return fn(*a, **k)\n    return inner\n\n")
+    before = {"toy/mod.py": "def f(a):\n    pass\n"}
+    after = {"toy/mod.py": deco + "@traced\ndef f(a):\n    pass\n"}
+    s = scenario(before, after, [patch_doc("p", F)])
+    [b] = s.check().breakages
+    assert b.kind is K.wrappers_changed
+    assert b.explain() == "toy.mod:f: decorator layers changed: [] -> ['toy.mod.f']"
+
+
+def test_target_defined_outside_the_release(scenario):
+    s = scenario(fn("(a)"), {"toy/mod.py": "from json import dumps as f\n"}, [patch_doc("p", F)])
+    [b] = s.check().breakages
+    assert b.kind is K.target_unreadable and "defined outside the release (json:dumps)" in b.explain()
+
+
+def test_unpinned_patch(scenario):
+    s = scenario(fn("(a)"), fn("(a)"), [patch_doc("p", F)])
+    s.pinned.manifest.patches.clear()  # as if the patch was added after the manifest was pinned
+    res = s.check().results[0]
+    assert res.status == "unpinned" and [b.kind for b in res.breakages] == [K.unpinned]
+
+
+def test_every_kind_has_a_case():
+    """Each BreakageKind is produced by a test in this folder (the list guards new kinds)."""
+    covered = {k for c in SIGNATURE_CASES for k in c[3]} | {
+        K.kind_changed, K.target_removed, K.target_moved, K.target_unreadable, K.source_changed,
+        K.wrappers_changed, K.copy_gone, K.copy_differs, K.unpinned,
+        K.probe_error,  # test_retire.py
+    }
+    assert covered == set(K)

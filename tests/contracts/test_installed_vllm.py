@@ -1,0 +1,134 @@
+"""Against the installed vLLM 0.31: the static reader agrees with the live one, and `check` passes.
+
+Both paths read the same installed package: live by import (what the loader
+sees), static from the package folder as if it were an unpacked source tree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_patchkit import fingerprint as fp
+from vllm_patchkit.cli import main
+from vllm_patchkit.contracts import LiveRelease, installed_root, installed_version
+from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set, parse_manifest
+from vllm_patchkit.pin import pin_release
+from vllm_patchkit.static import DirSource, Missing, StaticRelease
+from vllm_patchkit.targets import resolve
+
+pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
+
+MANIFEST = builtin_manifest_dir() / "vllm-0.31.0.yaml"
+PINS = sorted({(spec, yaml.safe_dump(pin)) for e in yaml.safe_load(MANIFEST.read_text())["patches"]
+               for spec, pin in e["targets"].items()})
+SPECS = sorted({spec for spec, _ in PINS})
+
+# Modules swept def by def (every function, class and method): static must equal live.
+SWEEP = [
+    "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.worker_base", "vllm.v1.worker.cpu_model_runner", "vllm.v1.engine.core",
+    "vllm.v1.executor.abstract", "vllm.v1.core.kv_cache_utils", "vllm.v1.core.block_pool",
+    "vllm.v1.core.sched.scheduler", "vllm.config.vllm", "vllm.config.model", "vllm.config.compilation",
+]
+
+
+@pytest.fixture(scope="module")
+def live():
+    if installed_version() != "0.31.0":
+        pytest.skip("these pins are for vLLM 0.31.0")
+    return LiveRelease()
+
+
+@pytest.fixture(scope="module")
+def static(live):
+    return StaticRelease(DirSource(installed_root()), "0.31.0")
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_static_equals_live_for_every_pinned_target(spec, live, static):
+    with_digest = any(yaml.safe_load(p).get("source_digest") for s, p in PINS if s == spec)
+    got_static, got_live = static.lookup(spec, with_digest), live.lookup(spec, with_digest)
+    assert not isinstance(got_static, Missing), got_static
+    assert got_static == got_live
+    for s, p in PINS:
+        if s == spec:
+            assert got_static.model_dump(exclude_none=True, exclude_defaults=True) == {
+                k: v for k, v in yaml.safe_load(p).items() if v not in (None, [])}
+
+
+@pytest.mark.parametrize("module", SWEEP)
+def test_static_equals_live_for_every_def_of_a_module(module, live, static):
+    import importlib
+
+    importlib.import_module(module)
+    specs = _module_defs(static, module)
+    assert specs
+    differ = []
+    for spec in specs:
+        place = resolve(spec)
+        raw = place.get_raw()
+        want = fp.live(raw, place.owner_is_class, True)
+        want = want.model_copy(update={"wrappers": fp.wrapper_layers(raw)})
+        if static.lookup(spec, True) != want:
+            differ.append(spec)
+    assert differ == []
+
+
+def _module_defs(static: StaticRelease, module: str) -> list[str]:
+    import ast
+
+    mod = static.module(module)
+    out = []
+    for name, b in mod.scope.names.items():
+        if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(f"{module}:{name}")
+        if isinstance(b, ast.ClassDef):
+            for m, mb in static._class_scope(b, mod.package).names.items():
+                if isinstance(mb, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out.append(f"{module}:{name}.{m}")
+    return out
+
+
+def test_names_imported_by_value_and_constants(live, static):
+    for spec in ("vllm.v1.engine.core:get_kv_cache_configs", "vllm.envs:environment_variables",
+                 "vllm.v1.worker.gpu_model_runner:GPUModelRunner._is_uniform_decode",
+                 "vllm.v1.core.block_pool:BlockPool", "vllm.config.vllm:VllmConfig.__post_init__"):
+        assert static.lookup(spec) == live.lookup(spec), spec
+    assert static.resolve("vllm.v1.engine.core:get_kv_cache_configs").where == \
+        "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
+
+
+def test_missing_target_live_says_where_it_is(live):
+    got = live.lookup("vllm.v1.worker.cpu_model_runner:CPUModelRunner.execute_model")
+    assert isinstance(got, Missing)
+    assert "inherited from vllm.v1.worker.gpu_model_runner:GPUModelRunner" in got.reason
+    assert got.moved_to == ("vllm.v1.worker.gpu_model_runner:GPUModelRunner.execute_model",)
+
+
+def test_check_against_the_installed_vllm_exits_zero(live, capsys):
+    assert main(["check"]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "installed vLLM 0.31.0 (by import" in out and " 0 broken, 0 unpinned" in out
+
+
+def test_pin_live_and_static_reproduce_the_committed_manifest(live):
+    """The shipped 0.31.0 manifest is current, and pinning by import or from the tree gives the same pins."""
+    ps = load_patch_set(builtin_patch_dirs())
+    committed = parse_manifest(MANIFEST)
+    from vllm_patchkit.contracts import StaticView
+
+    by_import = pin_release(live, ps, {"0.31.0": committed}, generated_by="test").manifest
+    statically = pin_release(StaticView(StaticRelease(DirSource(installed_root()), "0.31.0")), ps,
+                             {"0.31.0": committed}, generated_by="test").manifest
+    assert by_import.patches == committed.patches
+    assert statically.patches == committed.patches
+    assert by_import.not_applicable == statically.not_applicable == committed.not_applicable
+
+
+def test_installed_version_without_import():
+    assert installed_version() == __import__("vllm").__version__
+    assert (installed_root() / "vllm" / "__init__.py").is_file()
+    assert Path(MANIFEST).is_file()

@@ -1,0 +1,481 @@
+"""The KV-config hook on vLLM's real functions, on the CPU.
+
+Everything vLLM does here is vLLM's own code: ``get_kv_cache_configs`` (grouping,
+auto-fit, checks), ``_auto_fit_max_model_len`` (the re-fit), ``allocate_kv_cache``
+(the worker's allocation), ``Scheduler`` with its ``KVCacheManager``/``BlockPool``.
+What stands in for ATOM: a *fake proxy layer spec* (vLLM's ``FullAttentionSpec``
+with a nominal page, named like a proxy) and ``MambaSpec(align)`` image layers,
+sized by a toy adapter whose checkpoint spec gives the seed's toy numbers:
+block size 256, pages of 4096 B, 4 slots of 11,000 B -> 11 blocks withheld,
+images of 10,000 B -> k = 3 image groups.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+import yaml
+
+from vllm_patchkit import runtime
+from vllm_patchkit.adapters import INTERVAL_ENV, REGISTRY, CheckpointSpec, DeepseekV4Adapter, ModelAdapter
+from vllm_patchkit.demo.tiny_model import build_tiny_model
+from vllm_patchkit.patches import kv_config_hook as hook
+
+PAGE = 4096
+BS = 256
+PHYSICAL = 100
+STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
+YAML = Path(hook.__file__).with_suffix(".yaml")
+
+
+class ToyAdapter(ModelAdapter):
+    """A stand-in family: fixed checkpoint spec with the seed's toy numbers."""
+
+    name = "Toy"
+    architectures = ("ToyStateForCausalLM",)
+    proxy_layer_name = "model.layers.0.toy_proxy"
+    image_layer_suffix = "toy_image"
+    block_size = BS
+
+    def checkpoint_spec(self, vllm_config):
+        return CheckpointSpec(page_bytes=PAGE, slot_bytes=11_000, image_bytes=10_000, layout_id="toy-v1")
+
+
+@pytest.fixture
+def toy():
+    adapter = REGISTRY.register(ToyAdapter())
+    yield adapter
+    REGISTRY.unregister(adapter)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("kvhook-llama"))
+
+
+def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cache_dtype="auto", arch=None):
+    """A real VllmConfig from vLLM's EngineArgs (block 256, prefix caching, Mamba align for the images)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    vc = EngineArgs(model=str(model_dir), max_model_len=max_model_len, block_size=BS, dtype="float32",
+                    enable_prefix_caching=True, max_num_seqs=max_num_seqs, num_gpu_blocks_override=override,
+                    kv_cache_dtype=cache_dtype,
+                    hf_overrides={"max_position_embeddings": 65536}).create_engine_config()
+    vc.cache_config.mamba_cache_mode = "align"  # what vLLM uses for Mamba groups with prefix caching
+    vc.cache_config.kv_cache_layout = "BLHNC"  # EngineCore resolves it before sizing; the CPU accepts it
+    return vc
+
+
+def toy_specs(adapter, k=3, proxy_page=512, image_page=PAGE):
+    """The fake proxy (nominal page 512 B until priced) and k single-layer image layers."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    specs = {adapter.proxy_layer_name: FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=proxy_page // (2 * BS),
+                                                         dtype=torch.uint8)}
+    for name in adapter.image_layer_names(k):
+        specs[name] = MambaSpec(block_size=BS, shapes=((image_page,),), dtypes=(torch.uint8,), mamba_cache_mode="align")
+    return specs
+
+
+def run_hook(vc, specs, blocks=PHYSICAL, page=PAGE):
+    from vllm.v1.core import kv_cache_utils
+
+    return hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vc, [specs], [blocks * page])
+
+
+def vllm_alone(vc, specs, blocks=PHYSICAL, page=PAGE):
+    """vLLM's function without the hook, given the proxy already priced at its real page."""
+    from vllm.v1.core import kv_cache_utils
+
+    priced = hook._priced_specs(REGISTRY.for_kv_specs([specs]), [specs], page)
+    return kv_cache_utils.get_kv_cache_configs(vc, priced, [blocks * page])
+
+
+# ---------------------------------------------------------------------------
+# vLLM's real Scheduler, driven like EngineCore drives it (sampled tokens faked)
+# ---------------------------------------------------------------------------
+
+
+def make_scheduler(vc, configs):
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    sched_cfg = kv_cache_utils.generate_scheduler_kv_cache_config(configs)
+    vc.cache_config.num_gpu_blocks = sched_cfg.num_blocks
+    return Scheduler(vllm_config=vc, kv_cache_config=sched_cfg, structured_output_manager=StructuredOutputManager(vc),
+                     block_size=BS, log_stats=False)
+
+
+def run_request(sched, total_len, *, decode=64, preempt_at=None, max_steps=400):
+    """Serve one request of `total_len` tokens (prompt + `decode` generated); returns (request, stats)."""
+    from vllm import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    hash_fn = get_hash_fn_by_name("sha256")
+    kv_cache_utils.init_none_hash(hash_fn)
+    req = Request("r0", list(range(1, total_len - decode + 1)), SamplingParams(max_tokens=decode, ignore_eos=True),
+                  None, block_hasher=kv_cache_utils.get_request_block_hasher(BS, hash_fn))
+    sched.add_request(req)
+    pool = sched.kv_cache_manager.block_pool
+    stats = {"steps": 0, "min_free": pool.get_num_free_blocks(), "stuck": False, "preempted": 0}
+    while sched.waiting or sched.running:
+        out = sched.schedule()
+        stats["steps"] += 1
+        stats["min_free"] = min(stats["min_free"], pool.get_num_free_blocks())
+        ids = list(out.num_scheduled_tokens)
+        if not ids:
+            stats["stuck"] = True
+            break
+        sampled = [[7] if sched.requests[r].num_computed_tokens >= sched.requests[r].num_tokens else [] for r in ids]
+        sched.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                                        sampled_token_ids=sampled))
+        if preempt_at is not None and stats["steps"] == preempt_at and req in sched.running:
+            # What the scheduler's own preemption does: off the running queue, then _preempt_request.
+            sched.running.remove(req)
+            sched._preempt_request(req, 0.0)
+            stats["preempted"] += 1
+        if stats["steps"] >= max_steps:
+            break
+    return req, stats
+
+
+# ---------------------------------------------------------------------------
+# Toy scale: 100 physical blocks, 11 withheld, block 256, 3 image groups
+# ---------------------------------------------------------------------------
+
+
+def test_toy_scale_refits_to_20992_where_vllm_alone_fits_23808(checkpoint, toy):
+    alone_cfg = make_config(checkpoint, -1)
+    vllm_alone(alone_cfg, toy_specs(toy))
+    assert alone_cfg.model_config.max_model_len == 23_808  # 100 - null - 2x3 = 93 blocks
+
+    vc = make_config(checkpoint, -1)
+    configs = run_hook(vc, toy_specs(toy))
+    assert vc.model_config.max_model_len == 20_992  # 100 - 11 - null - 2x3 = 82 blocks
+    (cfg,) = configs
+    assert cfg.num_blocks == PHYSICAL - 11
+    # priced at the real page: every group's spec is 4096 B per block, the proxy's nominal 512 B is gone
+    assert {g.kv_cache_spec.page_size_bytes for g in cfg.kv_cache_groups} == {PAGE}
+    assert [len(g.layer_names) for g in cfg.kv_cache_groups] == [1, 1, 1, 1]
+    # the allocation still covers all 100 physical blocks (the slot tail keeps its bytes)
+    assert {t.size for t in cfg.kv_cache_tensors} == {PHYSICAL * PAGE}
+    rec = hook.plan_pool(toy, make_config(checkpoint, -1), [toy_specs(toy)], [PHYSICAL * PAGE])
+    assert (rec.physical, rec.withheld, rec.k, rec.image_groups, rec.left_for_history) == (100, 11, 3, 3, 82)
+
+
+def test_toy_allocation_covers_every_physical_block_and_slots_live_in_the_tail(checkpoint, toy):
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    vc = make_config(checkpoint, -1)
+    (cfg,) = run_hook(vc, toy_specs(toy))
+    caches = allocate_kv_cache(cfg, torch.device("cpu"), KVCacheLayout.BLHNC, [BS] * len(cfg.kv_cache_groups))
+    proxy = caches[toy.proxy_layer_name]
+    storage = proxy.untyped_storage()
+    assert storage.nbytes() == PHYSICAL * PAGE  # vLLM allocated all 100 blocks
+    assert all(v.untyped_storage().data_ptr() == storage.data_ptr() for v in caches.values())  # one pool
+    assert proxy.shape[0] == PHYSICAL - 11  # vLLM's views address the 89 pool blocks only
+    # the 4 slots of 11,000 B fit behind the pool, inside the allocation
+    sizing = toy.sizing(vc)
+    assert sizing.slot_offset(PHYSICAL, 3) + sizing.spec.slot_bytes <= PHYSICAL * PAGE
+    assert sizing.slot_offset(PHYSICAL, 0) == (PHYSICAL - 11) * PAGE
+
+
+def test_toy_request_of_the_refit_length_is_admitted_by_vllms_scheduler(checkpoint, toy):
+    vc = make_config(checkpoint, -1)
+    configs = run_hook(vc, toy_specs(toy))
+    sched = make_scheduler(vc, configs)
+    req, stats = run_request(sched, vc.model_config.max_model_len)
+    assert req.is_finished() and req.num_tokens == 20_992 and req.num_preemptions == 0, stats
+    assert stats["min_free"] == 0  # the pool is exactly one max-length request at its peak
+
+
+# ---------------------------------------------------------------------------
+# Minimum pool, +-1
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preempt_at", [None, 5, 15], ids=["straight", "preempt-mid-prefill", "preempt-mid-decode"])
+def test_exact_minimum_serves_a_max_length_request(checkpoint, toy, preempt_at):
+    L = 20_992  # minimum physical = ceil(L/256)=82 + 2x3 + null + 11 withheld = 100
+    vc = make_config(checkpoint, L, override=PHYSICAL)
+    configs = run_hook(vc, toy_specs(toy))
+    assert configs[0].num_blocks == 89 and vc.model_config.max_model_len == L
+    req, stats = run_request(make_scheduler(vc, configs), L, preempt_at=preempt_at)
+    assert req.is_finished() and req.num_tokens == L, (req.status, stats)
+    assert stats["preempted"] == (0 if preempt_at is None else 1) and not stats["stuck"]
+
+
+def test_one_block_less_really_cannot_serve_it(checkpoint, toy):
+    """Why the minimum is what it is: with one pool block fewer, vLLM's scheduler never finishes the request."""
+    L = 20_992
+    vc = make_config(checkpoint, L, override=PHYSICAL)
+    configs = run_hook(vc, toy_specs(toy))
+    for cfg in configs:
+        cfg.num_blocks -= 1  # bypass the check to watch what would happen
+    req, stats = run_request(make_scheduler(vc, configs), L)
+    assert stats["stuck"] and not req.is_finished()
+
+
+def test_one_block_short_is_refused_with_the_numbers_and_the_override_remedy(checkpoint, toy):
+    vc = make_config(checkpoint, 20_992, override=PHYSICAL - 1)
+    vllm_alone(copy.deepcopy(vc), toy_specs(toy), blocks=PHYSICAL - 1)  # vLLM alone would start
+    with pytest.raises(hook.PoolTooSmall) as info:
+        run_hook(vc, toy_specs(toy), blocks=PHYSICAL - 1)
+    msg = str(info.value)
+    for part in ("99 blocks of 4096 B", "11 withheld for 4 state slots of 11000 B", "1 vLLM null block",
+                 "6 image working blocks (2 x 3 image groups) = 81 blocks", "ceil(20992/256) = 82",
+                 "1 block(s) short", "--num-gpu-blocks-override to at least 100",
+                 "lower --max-model-len to at most 20736"):
+        assert part in msg, (part, msg)
+    assert "gpu-memory-utilization" not in msg  # the count is pinned: more memory would not help
+
+
+def test_one_block_short_without_override_names_memory(checkpoint, toy):
+    vc = make_config(checkpoint, 20_992)
+    with pytest.raises(hook.PoolTooSmall) as info:
+        run_hook(vc, toy_specs(toy), blocks=PHYSICAL - 1)
+    msg = str(info.value)
+    assert "at least 100 blocks (409600 B, now 405504 B): raise --gpu-memory-utilization" in msg, msg
+    assert "num-gpu-blocks-override" not in msg
+
+
+def test_auto_fit_with_no_block_left_is_refused(checkpoint, toy):
+    vc = make_config(checkpoint, -1)
+    with pytest.raises(hook.PoolTooSmall, match=r"--max-model-len -1 \(auto-fit\) needs at least 1"):
+        run_hook(vc, toy_specs(toy), blocks=18)  # 18 - 11 - 1 - 6 = 0
+
+
+def test_fewer_slots_is_offered_when_it_would_fit(checkpoint, toy):
+    vc = make_config(checkpoint, 20_992, override=PHYSICAL - 1)
+    with pytest.raises(hook.PoolTooSmall, match=r"lower --max-num-seqs to at most 3"):
+        run_hook(vc, toy_specs(toy), blocks=PHYSICAL - 1)
+
+
+# ---------------------------------------------------------------------------
+# Interval 0, pass-through, disagreements
+# ---------------------------------------------------------------------------
+
+
+def test_interval_zero_publishes_nothing_but_still_counts_working_blocks(checkpoint, toy, monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    vc = make_config(checkpoint, -1)
+    configs = run_hook(vc, toy_specs(toy))
+    assert vc.model_config.max_model_len == 20_992 and configs[0].num_blocks == 89
+    plan = hook.plan_pool(toy, make_config(checkpoint, -1), [toy_specs(toy)], [PHYSICAL * PAGE])
+    assert not plan.publishes and plan.working_blocks == 6 and plan.notes
+
+
+def test_bad_interval_stops_start_up(checkpoint, toy, monkeypatch):
+    monkeypatch.setenv(INTERVAL_ENV, "1000")
+    with pytest.raises(ValueError, match="multiple of the 256-token block"):
+        run_hook(make_config(checkpoint, -1), toy_specs(toy))
+
+
+def _llama_specs():
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return {f"model.layers.{i}.self_attn.attn": FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=64,
+                                                                   dtype=torch.float32) for i in range(2)}
+
+
+def _vllm_v4_specs(vc):
+    """The specs vLLM's own DeepSeek-V4 layers report (their own get_kv_cache_spec, on stand-in selves)."""
+    import vllm.models.deepseek_v4.attention as v4
+    from vllm.models.deepseek_v4.compressor import CompressorStateCache
+    from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
+
+    cc, specs = vc.cache_config, {}
+    for i, r in enumerate([1, 4, 128]):
+        p = f"model.layers.{i}.self_attn"
+        specs[f"{p}.swa_cache"] = DeepseekV4SWACache.get_kv_cache_spec(
+            NS(cache_config=cc, bounded_replay=False, block_size=64, head_dim=512, dtype=torch.uint8, window_size=128,
+               packed_bytes_per_token=584, packed_page_alignment=576), vc)
+        if r > 1:
+            coff = 2 if r == 4 else 1
+            specs[p] = v4.DeepseekV4Attention.get_kv_cache_spec(
+                NS(compress_ratio=r, kv_cache_dtype="fp8_ds_mla", head_dim=512, kv_cache_torch_dtype=torch.uint8), vc)
+            specs[f"{p}.compressor.state_cache"] = CompressorStateCache.get_kv_cache_spec(
+                NS(block_size=4 if r == 4 else 8, state_dim=2 * coff * 512, dtype=torch.float32,
+                   sliding_window=coff * r), vc)
+        if r == 4:
+            specs[f"{p}.indexer.k_cache"] = v4.DeepseekV4IndexerCache.get_kv_cache_spec(
+                NS(cache_config=cc, head_dim=132, dtype=torch.uint8, compress_ratio=4), vc)
+            specs[f"{p}.indexer.compressor.state_cache"] = CompressorStateCache.get_kv_cache_spec(
+                NS(block_size=4, state_dim=2 * 2 * 128, dtype=torch.float32, sliding_window=8), vc)
+    return specs
+
+
+@pytest.mark.parametrize("max_model_len", [-1, 4096])
+@pytest.mark.parametrize("which", ["llama", "vllm-own-v4"])
+def test_without_the_proxy_layer_it_passes_through_unchanged(checkpoint, toy, which, max_model_len):
+    from vllm.v1.core import kv_cache_utils
+
+    cache_dtype = "fp8_ds_mla" if which == "vllm-own-v4" else "auto"
+    base = make_config(checkpoint, max_model_len, cache_dtype=cache_dtype)
+    specs = _llama_specs() if which == "llama" else _vllm_v4_specs(base)
+    memory = [2000 * 37_440 * 4]
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    expected = kv_cache_utils.get_kv_cache_configs(a, [copy.deepcopy(specs)], memory)
+    got = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, b, [copy.deepcopy(specs)], memory)
+    assert got == expected
+    assert b.model_config.max_model_len == a.model_config.max_model_len
+
+
+def test_model_and_adapter_disagreeing_about_k_stops_start_up(checkpoint, toy):
+    with pytest.raises(ValueError, match=r"registered 2 Toy image layers.*k = ceil\(10000 / 4096\) = 3"):
+        run_hook(make_config(checkpoint, -1), toy_specs(toy, k=2))
+
+
+def test_proxy_spec_larger_than_the_real_page_stops_start_up(checkpoint, toy):
+    with pytest.raises(ValueError, match="has 8192 B per block, the adapter's real bytes per block are 4096 B"):
+        run_hook(make_config(checkpoint, -1), toy_specs(toy, proxy_page=2 * PAGE))
+
+
+def test_forwards_keyword_calls(checkpoint, toy):
+    from vllm.v1.core import kv_cache_utils
+
+    vc = make_config(checkpoint, -1)
+    configs = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vllm_config=vc,
+                                        kv_cache_specs=[toy_specs(toy)], available_memory=[PHYSICAL * PAGE])
+    assert configs[0].num_blocks == 89 and vc.model_config.max_model_len == 20_992
+
+
+@pytest.mark.parametrize("with_proxy", [True, False])
+def test_calls_vllm_the_way_it_was_called(checkpoint, toy, with_proxy):
+    """Positional stays positional, keyword stays keyword; only the specs are replaced (and only with a proxy)."""
+    import functools
+
+    from vllm.v1.core import kv_cache_utils
+
+    seen = []
+
+    @functools.wraps(kv_cache_utils.get_kv_cache_configs)
+    def spy(*args, **kwargs):
+        seen.append((len(args), sorted(kwargs)))
+        return kv_cache_utils.get_kv_cache_configs(*args, **kwargs)
+
+    specs = toy_specs(toy) if with_proxy else _llama_specs()
+    hook.get_kv_cache_configs(spy, make_config(checkpoint, -1), kv_cache_specs=[specs], available_memory=[10**7])
+    hook.get_kv_cache_configs(spy, make_config(checkpoint, -1), [specs], [10**7])
+    assert seen == [(1, ["available_memory", "kv_cache_specs"]), (3, [])]
+
+
+# ---------------------------------------------------------------------------
+# The DeepSeek-V4 adapter through the hook (fake proxy spec, V4 fields on the config)
+# ---------------------------------------------------------------------------
+
+FLASH = dict(num_hidden_layers=43, compress_ratios=[0, 0] + [4, 128] * 20 + [4, 0], sliding_window=128, head_dim=512,
+             qk_rope_head_dim=64, index_head_dim=128, num_nextn_predict_layers=1)
+
+
+def test_v4_adapter_prices_the_proxy_and_withholds_its_slots(checkpoint):
+    from vllm.v1.core import kv_cache_utils
+
+    adapter = next(a for a in REGISTRY.adapters if isinstance(a, DeepseekV4Adapter))
+    vc = make_config(checkpoint, -1, max_num_seqs=8, cache_dtype="fp8")
+    for key, value in FLASH.items():
+        setattr(vc.model_config.hf_config, key, value)
+    sizing = adapter.sizing(vc)
+    page = sizing.page_bytes
+    assert (page, sizing.k, sizing.withheld_blocks) == (985_856, 6, 126)
+    specs = toy_specs(adapter, k=6, image_page=page)  # fake proxy under the V4 proxy's name, nominal 512 B
+    (cfg,) = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vc, [specs], [200 * page])
+    assert cfg.num_blocks == 200 - 126
+    assert {g.kv_cache_spec.page_size_bytes for g in cfg.kv_cache_groups} == {page}
+    assert vc.model_config.max_model_len == (200 - 126 - 1 - 2 * 6) * BS  # 15,616
+
+
+# ---------------------------------------------------------------------------
+# As a patch: the YAML, the loader, EngineCore's copy
+# ---------------------------------------------------------------------------
+
+
+def test_yaml_declares_what_the_code_reads():
+    doc = yaml.safe_load(YAML.read_text())
+    assert [e["name"] for e in doc["env_vars"]] == [INTERVAL_ENV]
+    assert tuple(doc["when"]["architectures"]) == DeepseekV4Adapter.architectures
+    assert doc["when"]["served_by"] == DeepseekV4Adapter.served_by
+    assert doc["copies"] == ["vllm.v1.engine.core:get_kv_cache_configs"]
+
+
+@pytest.fixture
+def standin_registered():
+    from vllm import ModelRegistry
+
+    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
+    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
+    yield
+    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
+
+
+@pytest.fixture
+def engine_core_loader():
+    from vllm_patchkit.loader import Loader
+
+    loader = Loader.builtin(role="engine_core")
+    runtime.install(loader)
+    loader.run_import_stage()
+    yield loader
+    loader.unpatch()
+    runtime.reset()
+
+
+@pytest.fixture(scope="module")
+def v4_checkpoint(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("kvhook-v4"), "DeepseekV4ForCausalLM")
+
+
+def test_applied_in_engine_core_for_the_plugins_v4_with_its_copy_rebound(v4_checkpoint, toy, standin_registered,
+                                                                          engine_core_loader):
+    import vllm.v1.engine.core as core
+    from vllm.v1.core import kv_cache_utils
+
+    original = kv_cache_utils.get_kv_cache_configs
+    vc = make_config(v4_checkpoint, -1)
+    engine_core_loader.run_config_stage(vc)
+    rec = engine_core_loader.records["kv-config-hook"]
+    assert rec.state == "applied", (rec.code, rec.reason)
+    assert rec.detail["places"] == ["vllm.v1.core.kv_cache_utils:get_kv_cache_configs",
+                                    "vllm.v1.engine.core:get_kv_cache_configs"]
+    assert core.get_kv_cache_configs is kv_cache_utils.get_kv_cache_configs is not original
+    # EngineCore's call site reaches the hook: toy proxy sized, plain specs passed through
+    core.get_kv_cache_configs(vc, [toy_specs(toy)], [PHYSICAL * PAGE])
+    assert vc.model_config.max_model_len == 20_992
+    core.get_kv_cache_configs(make_config(v4_checkpoint, 512), [_llama_specs()], [10**8])
+    engine_core_loader.sync_calls()
+    assert rec.calls == 2 and rec.detail["decisions"] == {"sized": 1, "passthrough": 1}
+    engine_core_loader.unpatch()
+    assert core.get_kv_cache_configs is original
+
+
+def test_skipped_for_vllms_own_v4_and_other_models(checkpoint, v4_checkpoint, engine_core_loader):
+    from vllm.v1.core import kv_cache_utils
+
+    original = kv_cache_utils.get_kv_cache_configs
+    engine_core_loader.run_config_stage(make_config(v4_checkpoint, 512))  # served by vLLM's own class
+    rec = engine_core_loader.records["kv-config-hook"]
+    assert (rec.state, rec.code) == ("skipped", "precondition") and "served_by" in rec.reason
+    assert kv_cache_utils.get_kv_cache_configs is original
+
+
+def test_skipped_for_a_llama(checkpoint, engine_core_loader):
+    engine_core_loader.run_config_stage(make_config(checkpoint, 512))
+    rec = engine_core_loader.records["kv-config-hook"]
+    assert (rec.state, rec.code) == ("skipped", "precondition") and "architectures" in rec.reason
+
+
+def test_auto_fit_helper_signature_is_checked(monkeypatch, checkpoint, toy):
+    from vllm.v1.core import kv_cache_utils
+
+    monkeypatch.setattr(kv_cache_utils, "_auto_fit_max_model_len", lambda builder, vllm_config, groups, mem: None)
+    with pytest.raises(RuntimeError, match="does not fit the installed vLLM"):
+        run_hook(make_config(checkpoint, -1), toy_specs(toy))
