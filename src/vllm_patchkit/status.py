@@ -157,7 +157,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided"))
             for f in rec.get("findings") or []:
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
-            calls = str(rec.get("calls", 0)) if rec.get("expected_calls") != "never_counted" else "-"
+            counted = rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied"
+            calls = str(rec.get("calls", 0)) if counted else "-"
             table.add_row(label, rec["patch"], state, calls, "; ".join(x for x in (reason, extra) if x))
             label = ""
     console.print(table)

@@ -57,8 +57,8 @@ def test_enabled_by_ini_option_and_all_pass(tmp_path):
 
 def test_a_wrong_pin_fails_with_the_explanation(tmp_path):
     m = shipped_manifest()
-    entry = next(e for e in m["patches"] for pin in e["targets"].values() if "(" in pin.get("signature", "*"))
-    spec, pin = next(iter(entry["targets"].items()))
+    entry, spec, pin = next((e, spec, pin) for e in m["patches"] for spec, pin in e["targets"].items()
+                            if "*" not in pin.get("signature", "*"))
     pin["signature"] = pin["signature"][:-1] + ", *, extra_required)"  # a pin that is wrong on purpose
     mdir = tmp_path / "manifests"
     mdir.mkdir()

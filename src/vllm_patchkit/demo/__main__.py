@@ -46,11 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model:  {model}\nlog:    {log_path}\nstarting vLLM (typically 30-60 s on a CPU) ...", flush=True)
     start = time.monotonic()
     try:
-        with serve(model, log_path=log_path, timeout=args.timeout) as srv:
+        # Records and counts are flushed every VLLM_PATCHKIT_FLUSH_SECONDS; a short interval
+        # lets `status` below show this run's calls while the server is still up.
+        env = {"VLLM_PATCHKIT_FLUSH_SECONDS": "0.5"}
+        with serve(model, log_path=log_path, timeout=args.timeout, env=env) as srv:
             print(f"ready in {time.monotonic() - start:.1f} s at {srv.base_url} (pid {srv.pid})")
             for prompt in PROMPTS:
                 text = srv.complete(prompt, max_tokens=12)["choices"][0]["text"]
                 print(f"  {prompt!r} -> {text!r}")
+            time.sleep(1.5)
             if _has_cli():
                 cmd = [sys.executable, "-m", "vllm_patchkit.cli", "status"]
                 print("$ " + " ".join(cmd), flush=True)

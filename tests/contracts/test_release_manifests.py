@@ -1,0 +1,94 @@
+"""The shipped manifests for 0.32.0 and 0.33.0, and the static check of the real wheels.
+
+The manifest rules need no wheel. The wheel tests read vLLM's real wheels and
+skip unless they are in $VLLM_PATCHKIT_WHEEL_CACHE (scripts/fetch_wheels.sh).
+"""
+
+from __future__ import annotations
+
+import pytest
+from packaging.version import Version
+
+from vllm_patchkit.cli import main
+from vllm_patchkit.contracts import diff_signatures, read_manifests
+from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.schema import Fingerprint
+from vllm_patchkit.static import Missing, StaticRelease
+
+from .helpers import cached_wheel_or_skip
+
+PATCH_SET = load_patch_set(builtin_patch_dirs())
+MANIFESTS, PATHS = read_manifests(builtin_manifest_dir(), PATCH_SET)
+
+
+def test_there_are_manifests_for_the_three_releases():
+    assert {"0.31.0", "0.32.0", "0.33.0"} <= set(MANIFESTS)
+
+
+@pytest.mark.parametrize("version", sorted(MANIFESTS, key=Version))
+def test_every_patch_is_listed_or_not_applicable(version):
+    m = MANIFESTS[version]
+    listed = [e.patch.split("@")[0] for e in m.patches]
+    na = [n.patch for n in m.not_applicable]
+    assert not set(listed) & set(na)
+    assert sorted(listed + na) == sorted({p.id for p in PATCH_SET.patches.values()})
+
+
+@pytest.mark.parametrize("version", [v for v in sorted(MANIFESTS, key=Version) if v != "0.31.0"])
+def test_a_version_listed_again_has_the_same_pins(version):
+    """A patch version is only listed on a later release if every fingerprint it was written against is unchanged."""
+    older = [v for v in MANIFESTS if Version(v) < Version(version)]
+    for entry in MANIFESTS[version].patches:
+        for v in older:
+            prev = next((e for e in MANIFESTS[v].patches if e.patch == entry.patch), None)
+            if prev is not None:
+                assert prev.targets == entry.targets, (entry.patch, v, version)
+
+
+def test_not_applicable_reasons_name_the_breakage():
+    for version in ("0.32.0", "0.33.0"):
+        for na in MANIFESTS[version].not_applicable:
+            assert "was pinned on vLLM" in na.reason and f"on {version}: " in na.reason, na
+
+
+# -- the real wheels -----------------------------------------------------------------------------
+PIN_031 = {  # vLLM 0.31.0's signatures, as pinned from the installed release
+    "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block": "(kv_cache_groups)",
+    "vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled":
+        "(self, idx_mapping, sampled_tokens, num_sampled, num_rejected, query_start_loc=None)",
+    "vllm.v1.core.kv_cache_utils:get_kv_cache_configs": "(vllm_config, kv_cache_specs, available_memory)",
+}
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_check_of_the_wheel_against_its_own_manifest_passes(version, monkeypatch, capsys):
+    """Every pin of the shipped manifest was read from the real release (and still reads the same)."""
+    wheel = cached_wheel_or_skip(version)
+    monkeypatch.setenv("VLLM_PATCHKIT_WHEEL_CACHE", str(wheel.parent))
+    assert main(["check", "--vllm", version]) == 0, capsys.readouterr().out
+    assert f"vLLM {version} (static, {wheel}" in capsys.readouterr().out
+
+
+def test_wheel_032_pool_bytes_per_block_gained_a_parameter():
+    rel = StaticRelease.open(cached_wheel_or_skip("0.32.0"))
+    spec = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
+    got = rel.lookup(spec)
+    assert got == Fingerprint(kind="function", signature="(vllm_config, kv_cache_groups)")
+    [b] = diff_signatures("p@1", spec, PIN_031[spec], got.signature)
+    assert b.explain().endswith("required parameter 'vllm_config' added (positional-or-keyword, position 0): "
+                                "a call that does not pass it raises TypeError")
+
+
+def test_wheel_033_kv_cache_sizing_moved_and_engine_core_follows():
+    rel = StaticRelease.open(cached_wheel_or_skip("0.33.0"))
+    for name in ("get_kv_cache_configs", "_pool_bytes_per_block"):
+        got = rel.lookup(f"vllm.v1.core.kv_cache_utils:{name}")
+        assert isinstance(got, Missing) and got.moved_to == (f"vllm.v1.core.kv_cache_planning:{name}",)
+    assert rel.resolve("vllm.v1.engine.core:get_kv_cache_configs").where == \
+        "vllm.v1.core.kv_cache_planning:get_kv_cache_configs"
+    sig = rel.lookup("vllm.v1.engine.core:get_kv_cache_configs").signature
+    assert [b.parameter for b in diff_signatures("p@1", "x:y", PIN_031["vllm.v1.core.kv_cache_utils:get_kv_cache_configs"], sig)] \
+        == ["global_kv_cache_groups"]
+    spec = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled"
+    [b] = diff_signatures("p@1", spec, PIN_031[spec], rel.lookup(spec).signature)
+    assert b.kind.value == "optional_parameter_added" and b.parameter == "draft_tokens"
