@@ -53,7 +53,35 @@ def add_schema(sub) -> None:
     p.set_defaults(func=cmd_schema)
 
 
-VERBS: list[Callable] = [add_status, add_schema, add_check, add_pin]
+def default_docs_dir() -> Path:
+    """docs/ of the checkout this package runs from (an editable install), else ./docs."""
+    here = Path(__file__).resolve().parents[2] / "docs"
+    return here if here.is_dir() else Path("docs")
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from .docs import COMMAND, write_or_check
+
+    out = Path(args.out) if args.out else default_docs_dir()
+    stale = write_or_check(out, args.check)
+    if args.check:
+        if stale:
+            print(f"stale generated docs in {out}: {', '.join(stale)}; run `{COMMAND}` and commit", file=sys.stderr)
+            return 1
+        print(f"generated docs in {out} are current")
+        return 0
+    print(f"wrote {', '.join(stale) or 'nothing (all current)'} in {out}")
+    return 0
+
+
+def add_docs(sub) -> None:
+    p = sub.add_parser("docs", help="generate docs/patches.md, docs/env.md, docs/manifests.md from the YAML")
+    p.add_argument("--check", action="store_true", help="exit 1 if a generated file is missing or out of date")
+    p.add_argument("--out", help="docs folder (default: the checkout's docs/)")
+    p.set_defaults(func=cmd_docs)
+
+
+VERBS: list[Callable] = [add_status, add_schema, add_docs, add_check, add_pin]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
