@@ -20,7 +20,9 @@ Variants
 - `pk wrap impl`   a `wrap` with a trivial implementation `impl(original, *a, **kw)`, counting on
 
 Method: rounds x variants, the variant order shuffled in every round; each sample
-is `--number` calls under `timeit` (gc off). ns/call is the median over rounds
+is `--number` calls under `timeit` (gc off), timed by this process's CPU time
+(`time.process_time`, so time the scheduler gives to other processes on a busy
+machine is not counted; `--wall` for the wall clock). ns/call is the median over rounds
 minus the median of an empty `timeit` loop; "x closure" is the median of the
 per-round ratios (so slow drift of the machine cancels). Target (issue 4, item 1):
 `pk wrap count` <= 1.10 x `closure`, for both call shapes.
@@ -35,6 +37,7 @@ import random
 import sys
 import tempfile
 import textwrap
+import time
 import timeit
 from pathlib import Path
 
@@ -146,14 +149,14 @@ def install_all(mod) -> dict[tuple[str, str], object]:
     return counters
 
 
-def timers(mod, kwargs: bool) -> dict[tuple[str, str], timeit.Timer]:
+def timers(mod, kwargs: bool, clock) -> dict[tuple[str, str], timeit.Timer]:
     args = "1, y=2" if kwargs else "1"
     out = {}
     for v in VARIANTS:
         i = _ident(v)
-        out["function", v] = timeit.Timer(f"m.fn_{i}({args})", globals={"m": mod})
-        out["method", v] = timeit.Timer(f"o.step({args})", globals={"o": getattr(mod, f"Cls_{i}")()})
-    out["loop", ""] = timeit.Timer("pass")
+        out["function", v] = timeit.Timer(f"m.fn_{i}({args})", globals={"m": mod}, timer=clock)
+        out["method", v] = timeit.Timer(f"o.step({args})", globals={"o": getattr(mod, f"Cls_{i}")()}, timer=clock)
+    out["loop", ""] = timeit.Timer("pass", timer=clock)
     return out
 
 
@@ -162,6 +165,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=21, help="interleaved rounds (default 21)")
     ap.add_argument("--number", type=int, default=100_000, help="calls per sample (default 100000)")
     ap.add_argument("--kwargs", action="store_true", help="call with a keyword argument too: f(1, y=2)")
+    ap.add_argument("--wall", action="store_true",
+                    help="time with the wall clock instead of this process's CPU time")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--strict", action="store_true", help="exit 1 when the 1.10x target is missed")
     args = ap.parse_args(argv)
@@ -169,7 +174,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="vllm-patchkit-bench-") as tmp:
         mod = target_module(Path(tmp))
         counters = install_all(mod)
-        ts = timers(mod, args.kwargs)
+        clock = time.perf_counter if args.wall else time.process_time
+        ts = timers(mod, args.kwargs, clock)
         for t in ts.values():  # warm up: specialise the bytecode before measuring
             t.timeit(2000)
         samples: dict[tuple[str, str], list[float]] = {k: [] for k in ts}
@@ -184,7 +190,8 @@ def main(argv=None) -> int:
     calls_made = args.number * args.rounds + 2000
     print(f"call_overhead: {machine()}")
     print(f"{args.rounds} rounds x {args.number} calls per sample, call shape "
-          f"{'f(1, y=2)' if args.kwargs else 'f(1)'}; empty timeit loop {loop:.1f} ns (subtracted)\n")
+          f"{'f(1, y=2)' if args.kwargs else 'f(1)'}, clock {'wall' if args.wall else 'process CPU time'}; "
+          f"empty timeit loop {loop:.1f} ns (subtracted)\n")
     verdicts = []
     for shape, how in (("function", "m.fn(...)  module-level function"), ("method", "o.step(...)  method through an instance")):
         ref = samples[shape, "closure"]

@@ -194,13 +194,12 @@ def _is_image_group(adapter: ModelAdapter, group) -> bool:
 def _note(detail: dict) -> None:
     """Put the call's decision into this patch's record in this process (if a loader runs here)."""
     loader = runtime.current()
-    rec = getattr(loader, "records", {}).get(PATCH_ID) if loader is not None else None
-    if rec is None:
-        return
-    rec.detail["last_call"] = detail
-    decisions = rec.detail.setdefault("decisions", {})
+    rec = loader.records.get(PATCH_ID) if loader is not None else None
+    decisions = dict((rec.detail.get("decisions") if rec is not None else None) or {})
     decisions[detail["decision"]] = decisions.get(detail["decision"], 0) + 1
-    loader.flush()
+    runtime.note(PATCH_ID, last_call=detail, decisions=decisions)
+    if detail["decision"] == "refused":
+        runtime.refuse(PATCH_ID, detail.get("message") or "minimum KV pool not met")
 
 
 def _auto_fit():

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Download the vLLM wheels the static contract checks read, into the wheel cache.
 #
-#   VLLM_PATCHKIT_WHEEL_CACHE=~/.cache/vllm-patchkit/wheels scripts/fetch_wheels.sh [VERSION ...]
+#   scripts/fetch_wheels.sh [VERSION ...]
 #
-# Default versions: every release with a manifest in manifests/ that is not the
-# installed one. A wheel already in the cache is not downloaded again (CI caches
-# the folder between runs). Wheels are ~320 MB each: never commit them.
+# Cache: $VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels — the same
+# places `vllm-patchkit check --vllm X` and the tests look in, so nothing needs
+# exporting. Default versions: every release with a manifest in manifests/ except
+# the installed one. A wheel already in the cache is not downloaded again (CI
+# caches the folder between runs). Wheels are ~320 MB each: never commit them.
+# Python: $PYTHON, else the project's venv ($PATCHKIT_VENV or .venv), else python3.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${VLLM_PATCHKIT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-patchkit/wheels}"
-python="${PYTHON:-python}"
+venv="${PATCHKIT_VENV:-$here/.venv}"
+if [ -n "${PYTHON:-}" ]; then python="$PYTHON"
+elif [ -x "$venv/bin/python" ]; then python="$venv/bin/python"
+else python="python3"; fi
 mkdir -p "$cache"
 
 if [ "$#" -gt 0 ]; then
@@ -24,12 +30,13 @@ else
   done
 fi
 
+failed=0
 for v in "${versions[@]}"; do
   if compgen -G "$cache/vllm-$v-*.whl" > /dev/null; then
     echo "cached: $(ls "$cache"/vllm-"$v"-*.whl)"
     continue
   fi
   echo "downloading vllm==$v into $cache"
-  "$python" -m pip download --no-deps --only-binary=:all: --dest "$cache" "vllm==$v"
+  "$python" -m pip download --quiet --no-deps --only-binary=:all: --dest "$cache" "vllm==$v" || failed=1
 done
-echo "export VLLM_PATCHKIT_WHEEL_CACHE=$cache"
+exit "$failed"

@@ -70,11 +70,15 @@ def _q(name: Any) -> str:
     return f"'{name}'"
 
 
+def _a(kind: Any) -> str:
+    return f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}"
+
+
 _EXPLAIN = {
     BreakageKind.target_removed: lambda b: f"target not found: {b.detail}",
     BreakageKind.target_moved: lambda b: f"target moved: now defined at {b.new} ({b.detail})",
     BreakageKind.target_unreadable: lambda b: f"target cannot be read: {b.detail}",
-    BreakageKind.kind_changed: lambda b: f"changed from a {b.old} to a {b.new}",
+    BreakageKind.kind_changed: lambda b: f"changed from {_a(b.old)} to {_a(b.new)}",
     BreakageKind.required_parameter_added:
         lambda b: f"required parameter {_q(b.parameter)} added ({b.new}): a call that does not pass it raises TypeError",
     BreakageKind.optional_parameter_added: lambda b: f"parameter {_q(b.parameter)} added ({b.new})",
@@ -359,12 +363,18 @@ class ReleaseError(RuntimeError):
     """The release to check cannot be opened (not installed, no wheel, unknown version)."""
 
 
+def wheel_cache() -> Path:
+    """$VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels (where scripts/fetch_wheels.sh puts them)."""
+    env = os.environ.get(WHEEL_CACHE_ENV)
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-patchkit" / "wheels"
+
+
 def cached_wheel(version: str, cache: Optional[Union[str, Path]] = None) -> Optional[Path]:
-    """`vllm-VERSION-*.whl` in the wheel cache ($VLLM_PATCHKIT_WHEEL_CACHE), if there."""
-    cache = cache or os.environ.get(WHEEL_CACHE_ENV)
-    if not cache:
-        return None
-    hits = sorted(Path(cache).glob(f"vllm-{version}-*.whl"))
+    """`vllm-VERSION-*.whl` in the wheel cache, if there."""
+    folder = Path(cache) if cache else wheel_cache()
+    hits = sorted(folder.glob(f"vllm-{version}-*.whl")) if folder.is_dir() else []
     return hits[0] if hits else None
 
 
@@ -388,7 +398,7 @@ def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] 
         return open_release(vllm, wheel)
     raise ReleaseError(
         f"vLLM {vllm} is not installed (installed: {installed or 'none'}) and no wheel for it is in "
-        f"${WHEEL_CACHE_ENV}: pass --source WHEEL_OR_DIR, or fetch it with scripts/fetch_wheels.sh {vllm}")
+        f"{wheel_cache()} (${WHEEL_CACHE_ENV}): pass --source WHEEL_OR_DIR, or fetch it with scripts/fetch_wheels.sh {vllm}")
 
 
 def _v(s: str) -> Version:
@@ -566,8 +576,9 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
         base = older_entry(pid, manifests, version, paths)
     if base is None:
         res = _unpinned(release, newest)
-        res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid,
-                                      detail=f"no manifest up to vLLM {version} pins {pid}"))
+        where = f"the manifest for vLLM {baseline} does not list {pid}" if baseline is not None else \
+            f"no manifest older than vLLM {version} lists {pid}"
+        res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid, detail=where))
         res.status = "unpinned"
         return res
     return _compare_entry(release, patch_set, base, newest)
@@ -657,7 +668,8 @@ def read_manifests(directory: Path, patch_set: PatchSet, *, strict: bool = True)
 
 def add_release_args(p) -> None:
     p.add_argument("--vllm", metavar="VERSION", help="the release (default: the installed vLLM); a version that is not "
-                   f"installed is read from its wheel in ${WHEEL_CACHE_ENV}")
+                   f"installed is read from its wheel in ${WHEEL_CACHE_ENV} (default ~/.cache/vllm-patchkit/wheels); "
+                   "with --source: the version of the source when it does not say")
     p.add_argument("--source", metavar="WHEEL_OR_DIR", help="read the release statically from a wheel or source tree")
     p.add_argument("--patch-dir", action="append", type=Path, help="patch folder (repeatable; default: the shipped set)")
     p.add_argument("--manifest-dir", type=Path, help="manifest folder (default: the shipped manifests)")

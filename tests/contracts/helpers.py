@@ -7,7 +7,6 @@ patch YAMLs targeting it, and manifests are pinned from the "before" tree.
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 from typing import Optional
@@ -15,13 +14,10 @@ from typing import Optional
 import pytest
 import yaml
 
-from vllm_patchkit.contracts import StaticView, check
+from vllm_patchkit.contracts import WHEEL_CACHE_ENV, StaticView, cached_wheel, check, wheel_cache
 from vllm_patchkit.declare import load_patch_set
 from vllm_patchkit.pin import pin_release, write
 from vllm_patchkit.static import StaticRelease, open_source
-
-WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
-
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
     """Write {relative path: source} under root; every folder on the way gets an __init__.py."""
@@ -88,8 +84,7 @@ class Scenario:
 
 
 def cached_wheel_or_skip(version: str) -> Path:
-    cache = os.environ.get(WHEEL_CACHE_ENV)
-    hits = sorted(Path(cache).glob(f"vllm-{version}-*.whl")) if cache else []
-    if not hits:
-        pytest.skip(f"no vLLM {version} wheel in ${WHEEL_CACHE_ENV} (scripts/fetch_wheels.sh fetches it)")
-    return hits[0]
+    wheel = cached_wheel(version)
+    if wheel is None:
+        pytest.skip(f"no vLLM {version} wheel in {wheel_cache()} (${WHEEL_CACHE_ENV}; scripts/fetch_wheels.sh fetches it)")
+    return wheel

@@ -479,3 +479,16 @@ def test_auto_fit_helper_signature_is_checked(monkeypatch, checkpoint, toy):
     monkeypatch.setattr(kv_cache_utils, "_auto_fit_max_model_len", lambda builder, vllm_config, groups, mem: None)
     with pytest.raises(RuntimeError, match="does not fit the installed vLLM"):
         run_hook(make_config(checkpoint, -1), toy_specs(toy))
+
+
+def test_refusal_at_start_up_marks_the_record_refused(v4_checkpoint, toy, standin_registered, engine_core_loader):
+    """Regression: a call-time refusal used to leave the record `applied` (detail only)."""
+    import vllm.v1.engine.core as core
+
+    vc = make_config(v4_checkpoint, 20_992, override=PHYSICAL - 1)
+    engine_core_loader.run_config_stage(vc)
+    with pytest.raises(hook.PoolTooSmall):
+        core.get_kv_cache_configs(vc, [toy_specs(toy)], [(PHYSICAL - 1) * PAGE])
+    rec = engine_core_loader.records["kv-config-hook"]
+    assert (rec.state, rec.code) == ("refused", "refused")
+    assert "1 block(s) short" in rec.reason and rec.detail["decisions"] == {"refused": 1}

@@ -1,0 +1,218 @@
+"""Start-up cost of the plugin's entry point in one process, and what it imports.
+
+    python benchmarks/startup.py [--runs 5] [--roles frontend,engine_core,worker] [--all-modules]
+
+For each role, in fresh subprocesses (`--runs` per role, the roles interleaved):
+1. import what vLLM has imported where it calls `load_general_plugins()` in that
+   process (the baseline; see BASELINE below) and look the entry point up with
+   `importlib.metadata`, as vLLM does;
+2. snapshot `sys.modules`;
+3. time `entry_point.load()` (importing `vllm_patchkit.plugin` and what it needs)
+   and `register()` with VLLM_PATCHKIT_ROLE=<role>: load and validate the shipped
+   patch set and manifests, verify, apply the import-stage patches, write the record;
+4. list the modules that were not in `sys.modules` before.
+
+Times are medians over the runs (wall clock, `time.perf_counter`). One more run
+per role traces every new import to where it came from: the module whose code
+imported it, the innermost vllm_patchkit line on the stack, and the patch being
+handled there (when a `patch` is in scope). Goal (issue 4): <= 30 ms and no module
+vLLM would not have imported by then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import machine, median, table  # noqa: E402
+
+GOAL_MS = 30.0
+ENTRY_GROUP, ENTRY_NAME = "vllm.general_plugins", "vllm_patchkit"
+# What vLLM has imported by the time it calls load_general_plugins() in each process:
+# the front end calls it from EngineArgs (vllm.engine.arg_utils), EngineCore from
+# EngineCore.__init__ (vllm.v1.engine.core), a worker from WorkerWrapperBase.init_worker
+# (vllm.v1.worker.worker_base).
+BASELINE = {
+    "frontend": ["vllm", "vllm.engine.arg_utils"],
+    "engine_core": ["vllm", "vllm.engine.arg_utils", "vllm.v1.engine.core"],
+    "worker": ["vllm", "vllm.engine.arg_utils", "vllm.v1.worker.worker_base"],
+}
+
+
+# -- child ------------------------------------------------------------------------------------
+class _Tracer:
+    """A meta-path finder that finds nothing and notes who asked for each new module."""
+
+    def __init__(self, ours: str):
+        self.ours = ours
+        self.seen: dict[str, dict] = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.seen:
+            self.seen[name] = self._who(sys._getframe(1))
+        return None
+
+    def _who(self, frame) -> dict:
+        importer = site = patch = None
+        while frame is not None:
+            fname = frame.f_code.co_filename
+            if importer is None and not fname.startswith("<frozen") and "importlib" not in fname:
+                importer = f"{frame.f_globals.get('__name__', '?')}:{frame.f_lineno}"
+            if site is None and fname.startswith(self.ours):
+                site = f"{os.path.relpath(fname, self.ours)}:{frame.f_lineno} {frame.f_code.co_name}"
+            if patch is None and fname.startswith(self.ours):
+                p = frame.f_locals.get("patch")
+                patch = getattr(p, "key", None)
+            frame = frame.f_back
+        return {"importer": importer, "site": site, "patch": patch}
+
+
+def child(role: str, out: Path, trace: bool) -> None:
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in BASELINE[role]:
+        importlib.import_module(name)
+    from importlib.metadata import entry_points
+
+    ep = next(e for e in entry_points(group=ENTRY_GROUP) if e.name == ENTRY_NAME)
+    t1 = time.perf_counter()
+    before = set(sys.modules)
+    tracer = None
+    if trace:
+        import importlib.util
+
+        spec = importlib.util.find_spec("vllm_patchkit")  # a top-level find_spec imports nothing
+        src = Path(next(iter(spec.submodule_search_locations))).resolve().parent
+        tracer = _Tracer(str(src) + os.sep)
+        sys.meta_path.insert(0, tracer)
+    t2 = time.perf_counter()
+    register = ep.load()
+    t3 = time.perf_counter()
+    error = None
+    try:
+        register()
+    except Exception as exc:  # a refusal or failed patch is a result to print, not a crash
+        error = f"{type(exc).__name__}: {exc}"
+    t4 = time.perf_counter()
+    if tracer:
+        sys.meta_path.remove(tracer)
+    new = sorted(set(sys.modules) - before)
+    from vllm_patchkit import runtime
+
+    loader = runtime.current()
+    counts = loader.counts() if loader else {}
+    applied = sorted(r.patch for r in loader.records.values() if r.state == "applied") if loader else []
+    result = {
+        "role": role, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3, "error": error,
+        "new": new, "counts": counts, "applied": applied,
+        "who": {m: tracer.seen.get(m) for m in new} if tracer else None,
+    }
+    out.write_text(json.dumps(result))
+
+
+# -- parent -----------------------------------------------------------------------------------
+def run_child(role: str, trace: bool, status_dir: Path) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    env = {**os.environ, "VLLM_PATCHKIT_ROLE": role, "VLLM_PATCHKIT_STATUS_DIR": str(status_dir),
+           "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("VLLM_PATCHKIT_RUN_ID", None)
+    cmd = [sys.executable, __file__, "--child", role, "--out", str(out)] + (["--trace"] if trace else [])
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        if res.returncode != 0 or not out.stat().st_size:
+            raise SystemExit(f"child for {role} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def group(name: str) -> str:
+    """Report unit: the top-level package, or two levels for vllm / vllm_patchkit."""
+    parts = name.split(".")
+    return ".".join(parts[:3]) if parts[0] == "vllm" else ".".join(parts[:2]) if parts[0] == "vllm_patchkit" else parts[0]
+
+
+def report_imports(traced: dict, all_modules: bool) -> None:
+    new = traced["new"]
+    who = traced["who"] or {}
+    ours = [m for m in new if m == "vllm_patchkit" or m.startswith("vllm_patchkit.")]
+    others = [m for m in new if m not in ours]
+    print(f"  new modules: {len(new)} ({len(ours)} vllm_patchkit.*, {len(others)} others)")
+    groups: dict[str, list[str]] = defaultdict(list)
+    for m in others:
+        groups[group(m)].append(m)
+    rows = []
+    for g, mods in sorted(groups.items(), key=lambda kv: (not kv[0].startswith("vllm"), kv[0])):
+        head = min(mods, key=len)  # the first module of the group to be asked for
+        w = who.get(head) or {}
+        rows.append((g, len(mods), w.get("importer") or "?", w.get("site") or "-", w.get("patch") or "-"))
+    if rows:
+        table(("module (group)", "n", "imported by", "vllm_patchkit site", "patch"), rows)
+    if all_modules:
+        for m in others:
+            w = who.get(m) or {}
+            print(f"    {m}  <- {w.get('importer')}  [{w.get('site')}] {w.get('patch') or ''}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5, help="fresh processes per role (default 5)")
+    ap.add_argument("--roles", default="frontend,engine_core,worker")
+    ap.add_argument("--all-modules", action="store_true", help="list every new module, not only the groups")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args.child, args.out, args.trace)
+        return 0
+
+    roles = [r for r in args.roles.split(",") if r]
+    print(f"startup: {machine()}")
+    results: dict[str, list[dict]] = {r: [] for r in roles}
+    traced: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="vllm-patchkit-bench-status-") as status:
+        for i in range(args.runs):
+            for role in roles:
+                results[role].append(run_child(role, False, Path(status)))
+                print(f"  run {i + 1}/{args.runs} {role}: {results[role][-1]['register_s'] * 1e3:.0f} ms", flush=True)
+        for role in roles:
+            traced[role] = run_child(role, True, Path(status))
+    print(f"\n{args.runs} fresh processes per role; medians (ms). baseline = importing {', '.join(sorted({m for r in roles for m in BASELINE[r]}))} per role\n")
+    rows = []
+    for role in roles:
+        rs = results[role]
+        load = median([r["load_s"] for r in rs]) * 1e3
+        reg = median([r["register_s"] for r in rs]) * 1e3
+        tot = median([(r["load_s"] + r["register_s"]) for r in rs]) * 1e3
+        base = median([r["baseline_s"] for r in rs]) * 1e3
+        c = rs[-1]["counts"]
+        others = [m for m in rs[-1]["new"] if not (m == "vllm_patchkit" or m.startswith("vllm_patchkit."))]
+        rows.append((role, f"{base:.0f}", f"{load:.1f}", f"{reg:.1f}", f"{tot:.1f}", f"{tot / GOAL_MS:.1f}x",
+                     len(others), f"{c.get('applied', 0)}/{c.get('skipped', 0)}/{c.get('failed', 0)}/{c.get('pending', 0)}"))
+    table(("role", "baseline", "load", "register", "total", "vs 30 ms", "new non-ours",
+           "applied/skipped/failed/pending"), rows)
+    for role in roles:
+        t = traced[role]
+        print(f"\n{role}: applied {', '.join(t['applied']) or 'none'}" + (f"; error: {t['error']}" if t["error"] else ""))
+        report_imports(t, args.all_modules)
+    worst = max(median([(r["load_s"] + r["register_s"]) for r in results[role]]) * 1e3 for role in roles)
+    extra = {role: sum(1 for m in traced[role]["new"] if not m.startswith("vllm_patchkit")) for role in roles}
+    print(f"\ngoal <= {GOAL_MS:.0f} ms and no new non-vllm_patchkit module: "
+          f"{'met' if worst <= GOAL_MS and not any(extra.values()) else 'MISSED'} "
+          f"(worst {worst:.0f} ms; new modules {extra})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
