@@ -40,11 +40,19 @@ ENTRY_GROUP, ENTRY_NAME = "vllm.general_plugins", "vllm_patchkit"
 # the front end calls it from EngineArgs (vllm.engine.arg_utils), EngineCore from
 # EngineCore.__init__ (vllm.v1.engine.core), a worker from WorkerWrapperBase.init_worker
 # (vllm.v1.worker.worker_base).
+# `frontend+api_server` is the front end of `python -m vllm.entrypoints.openai.api_server`,
+# which has imported the whole HTTP server before it builds EngineArgs.
 BASELINE = {
     "frontend": ["vllm", "vllm.engine.arg_utils"],
+    "frontend+api_server": ["vllm", "vllm.engine.arg_utils", "vllm.entrypoints.openai.api_server"],
     "engine_core": ["vllm", "vllm.engine.arg_utils", "vllm.v1.engine.core"],
     "worker": ["vllm", "vllm.engine.arg_utils", "vllm.v1.worker.worker_base"],
 }
+DEFAULT_ROLES = ("frontend", "frontend+api_server", "engine_core", "worker")
+
+
+def role_of(variant: str) -> str:
+    return variant.split("+")[0]
 
 
 # -- child ------------------------------------------------------------------------------------
@@ -75,11 +83,11 @@ class _Tracer:
         return {"importer": importer, "site": site, "patch": patch}
 
 
-def child(role: str, out: Path, trace: bool) -> None:
+def child(variant: str, out: Path, trace: bool, profile: int) -> None:
     import importlib
 
     t0 = time.perf_counter()
-    for name in BASELINE[role]:
+    for name in BASELINE[variant]:
         importlib.import_module(name)
     from importlib.metadata import entry_points
 
@@ -94,6 +102,12 @@ def child(role: str, out: Path, trace: bool) -> None:
         src = Path(next(iter(spec.submodule_search_locations))).resolve().parent
         tracer = _Tracer(str(src) + os.sep)
         sys.meta_path.insert(0, tracer)
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     t2 = time.perf_counter()
     register = ep.load()
     t3 = time.perf_counter()
@@ -103,6 +117,15 @@ def child(role: str, out: Path, trace: bool) -> None:
     except Exception as exc:  # a refusal or failed patch is a result to print, not a crash
         error = f"{type(exc).__name__}: {exc}"
     t4 = time.perf_counter()
+    profile_text = None
+    if prof is not None:
+        import io
+        import pstats
+
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(profile)
+        profile_text = buf.getvalue()
     if tracer:
         sys.meta_path.remove(tracer)
     new = sorted(set(sys.modules) - before)
@@ -112,7 +135,7 @@ def child(role: str, out: Path, trace: bool) -> None:
     counts = loader.counts() if loader else {}
     applied = sorted(r.patch for r in loader.records.values() if r.state == "applied") if loader else []
     result = {
-        "role": role, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3, "error": error,
+        "role": variant, "profile": profile_text, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3, "error": error,
         "new": new, "counts": counts, "applied": applied,
         "who": {m: tracer.seen.get(m) for m in new} if tracer else None,
     }
@@ -120,17 +143,21 @@ def child(role: str, out: Path, trace: bool) -> None:
 
 
 # -- parent -----------------------------------------------------------------------------------
-def run_child(role: str, trace: bool, status_dir: Path) -> dict:
+def run_child(variant: str, status_dir: Path, trace: bool = False, profile: int = 0) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    env = {**os.environ, "VLLM_PATCHKIT_ROLE": role, "VLLM_PATCHKIT_STATUS_DIR": str(status_dir),
+    env = {**os.environ, "VLLM_PATCHKIT_ROLE": role_of(variant), "VLLM_PATCHKIT_STATUS_DIR": str(status_dir),
            "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("VLLM_PATCHKIT_RUN_ID", None)
-    cmd = [sys.executable, __file__, "--child", role, "--out", str(out)] + (["--trace"] if trace else [])
+    # Bytecode as an installed wheel has it (pip compiles at install): without this, a
+    # PYTHONDONTWRITEBYTECODE=1 environment recompiles vllm_patchkit in every process.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    cmd = [sys.executable, __file__, "--child", variant, "--out", str(out)]
+    cmd += (["--trace"] if trace else []) + (["--profile", str(profile)] if profile else [])
     try:
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         if res.returncode != 0 or not out.stat().st_size:
-            raise SystemExit(f"child for {role} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+            raise SystemExit(f"child for {variant} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
         return json.loads(out.read_text())
     finally:
         out.unlink(missing_ok=True)
@@ -167,28 +194,39 @@ def report_imports(traced: dict, all_modules: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per role (default 5)")
-    ap.add_argument("--roles", default="frontend,engine_core,worker")
+    ap.add_argument("--roles", default=",".join(DEFAULT_ROLES),
+                    help="comma-separated, from: " + ", ".join(BASELINE) + " (default: all)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the top N functions (cProfile, cumulative) of one extra run per role")
     ap.add_argument("--all-modules", action="store_true", help="list every new module, not only the groups")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child, args.out, args.trace)
+        child(args.child, args.out, args.trace, args.profile)
         return 0
 
     roles = [r for r in args.roles.split(",") if r]
     print(f"startup: {machine()}")
     results: dict[str, list[dict]] = {r: [] for r in roles}
     traced: dict[str, dict] = {}
+    profiles: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="vllm-patchkit-bench-status-") as status:
+        for role in roles:  # warm-up: bytecode written, page cache filled
+            run_child(role, Path(status))
         for i in range(args.runs):
             for role in roles:
-                results[role].append(run_child(role, False, Path(status)))
-                print(f"  run {i + 1}/{args.runs} {role}: {results[role][-1]['register_s'] * 1e3:.0f} ms", flush=True)
+                results[role].append(run_child(role, Path(status)))
+                r = results[role][-1]
+                print(f"  run {i + 1}/{args.runs} {role}: load {r['load_s'] * 1e3:.0f} ms, "
+                      f"register {r['register_s'] * 1e3:.0f} ms", flush=True)
         for role in roles:
-            traced[role] = run_child(role, True, Path(status))
-    print(f"\n{args.runs} fresh processes per role; medians (ms). baseline = importing {', '.join(sorted({m for r in roles for m in BASELINE[r]}))} per role\n")
+            traced[role] = run_child(role, Path(status), trace=True)
+            if args.profile:
+                profiles[role] = run_child(role, Path(status), profile=args.profile)["profile"]
+    print(f"\n{args.runs} fresh processes per role (after one warm-up each); medians in ms. baseline: the imports "
+          "of BASELINE[role], before the snapshot; load: entry_point.load(); register: register()\n")
     rows = []
     for role in roles:
         rs = results[role]
@@ -206,6 +244,8 @@ def main(argv=None) -> int:
         t = traced[role]
         print(f"\n{role}: applied {', '.join(t['applied']) or 'none'}" + (f"; error: {t['error']}" if t["error"] else ""))
         report_imports(t, args.all_modules)
+        if role in profiles:
+            print(profiles[role])
     worst = max(median([(r["load_s"] + r["register_s"]) for r in results[role]]) * 1e3 for role in roles)
     extra = {role: sum(1 for m in traced[role]["new"] if not m.startswith("vllm_patchkit")) for role in roles}
     print(f"\ngoal <= {GOAL_MS:.0f} ms and no new non-vllm_patchkit module: "

@@ -410,19 +410,20 @@ def _v(s: str) -> Version:
 
 # -- per patch ----------------------------------------------------------------------------------
 def target_specs(patch: Patch) -> list[str]:
-    return ([patch.target] if patch.target else []) + list(patch.copies)
+    """Every upstream place pinned for the patch: its target, the copies of it, the callables it uses."""
+    return patch.pinned_specs
 
 
 def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]]) -> tuple[
         dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
-    """Fingerprints of the patch's target and copies on the release, and the breakages against `pins`."""
+    """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`."""
     pins = pins or {}
     with_digest = patch.kind is Kind.replace or any(p.source_digest for p in pins.values())
     found: dict[str, Union[Fingerprint, Missing]] = {}
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
-        is_copy = spec != patch.target
+        is_copy = spec in patch.copies and spec != patch.target  # `uses` are checked like targets
         got = release.lookup(spec, with_digest)
         found[spec] = got
         pin = pins.get(spec)
@@ -432,9 +433,9 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
         if isinstance(got, Missing):
             continue
-        if not is_copy:
+        if spec == patch.target:
             target_id = release.identity(spec)
-        elif target_id is not None:
+        elif is_copy and target_id is not None:
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))

@@ -7,6 +7,7 @@ leave a half-applied state.
 from __future__ import annotations
 
 import graphlib
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,17 +30,74 @@ def _field_path(loc: tuple) -> str:
     return out or "<file>"
 
 
-def _validation_errors(file: str, exc: ValidationError) -> list[DeclarationError]:
+def _rule_field(model: type, msg: str) -> str | None:
+    """The field a document-level rule is about, read from its message.
+
+    Rules spanning several fields ("kind 'wrap' needs 'target'") are checked on the
+    whole document, so pydantic reports them at the root; name the field the message
+    quotes (or, failing that, mentions) instead of the document.
+    """
+    fields = getattr(model, "model_fields", {})
+    for name in re.findall(r"'([A-Za-z_]+)", msg):
+        if name in fields:
+            return name
+    for word in re.findall(r"[A-Za-z_]+", msg):
+        for name in (word, word + "s"):
+            if name in fields:
+                return name
+    return None
+
+
+def _validation_errors(file: str, exc: ValidationError, model: type | None = None) -> list[DeclarationError]:
     errs = []
     for e in exc.errors(include_url=False):
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = e["msg"]
+        if e["type"] == "value_error" and msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (not in the schema; typo?)"
+        elif not loc and e["type"] == "value_error":
+            loc = (_rule_field(model, msg) or "<file>",)  # the input is the whole document: don't echo it
         elif "input" in e and e["type"] not in ("missing",):
             msg = f"{msg} (got {e['input']!r:.80})"
         errs.append(DeclarationError(file, _field_path(loc), msg))
     return errs
+
+
+def _node_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> list[tuple[str, int, int]]:
+    """(field path, first line, second line) of every key given twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word, which turns a pasted
+    or mistyped line into a silent change of meaning. YAML merge keys (`<<`) are
+    left alone: overriding a merged key is what they are for.
+    """
+    if id(node) in seen:  # an alias seen before (possibly a cycle)
+        return []
+    seen.add(id(node))
+    found = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            here = _node_path(path, key)
+            if key is not None:
+                line = key_node.start_mark.line + 1
+                if (key_node.tag, key) in first:
+                    found.append((here, first[(key_node.tag, key)], line))
+                else:
+                    first[(key_node.tag, key)] = line
+            found += _duplicate_keys(value_node, here, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += _duplicate_keys(item, f"{path}[{i}]", seen)
+    return found
 
 
 def _read_yaml(path: Path) -> object:
@@ -47,12 +105,26 @@ def _read_yaml(path: Path) -> object:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DeclarationError(str(path), "<file>", f"cannot read: {exc}") from None
+    loader = yaml.SafeLoader(text)
     try:
-        return yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicates = _duplicate_keys(node, "", set())
+        if duplicates:
+            errors = [DeclarationError(str(path), where, f"duplicate key (line {a} and line {b}); "
+                                       "YAML would keep only the last one silently")
+                      for where, a, b in duplicates]
+            raise errors[0] if len(errors) == 1 else PatchSetErrors(errors)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<file>"
         raise DeclarationError(str(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
+    finally:
+        loader.dispose()
 
 
 def parse_patch(path: Path) -> Patch:
@@ -63,7 +135,9 @@ def parse_patch(path: Path) -> Patch:
     try:
         return Patch.model_validate(data)
     except ValidationError as exc:
-        raise PatchSetErrors(_validation_errors(str(path), exc)) from None
+        raise PatchSetErrors(_validation_errors(str(path), exc, Patch)) from None
+    except RecursionError:
+        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
 
 
 def parse_manifest(path: Path) -> Manifest:
@@ -73,7 +147,9 @@ def parse_manifest(path: Path) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        raise PatchSetErrors(_validation_errors(str(path), exc)) from None
+        raise PatchSetErrors(_validation_errors(str(path), exc, Manifest)) from None
+    except RecursionError:
+        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
 
 
 @dataclass
@@ -97,14 +173,26 @@ def _collect(errors: list, fn, *args):
     return None
 
 
+def _declared_id(path: Path) -> dict[str, str]:
+    """{id: file} for a file that failed to load but still names its id (for better follow-on errors)."""
+    try:
+        data = _read_yaml(path)
+    except (DeclarationError, PatchSetErrors):
+        return {}
+    pid = data.get("id") if isinstance(data, dict) else None
+    return {pid: str(path)} if isinstance(pid, str) else {}
+
+
 def load_patch_set(dirs: Iterable[Path]) -> PatchSet:
     """Read every *.yaml under the given folders; check ids and `requires` across files."""
     errors: list[DeclarationError] = []
     ps = PatchSet()
+    broken: dict[str, str] = {}  # id -> file, of files that failed to load but say their id
     for d in dirs:
         for path in sorted(Path(d).glob("*.yaml")):
             patch = _collect(errors, parse_patch, path)
             if patch is None:
+                broken.update(_declared_id(path))
                 continue
             if patch.key in ps.patches:
                 errors.append(
@@ -116,7 +204,10 @@ def load_patch_set(dirs: Iterable[Path]) -> PatchSet:
     ids = {p.id for p in ps.patches.values()}
     for key, p in ps.patches.items():
         for i, dep in enumerate(p.requires):
-            if dep not in ids:
+            if dep in broken:
+                errors.append(DeclarationError(ps.files[key], f"requires[{i}]",
+                                               f"patch {dep!r} is declared in {broken[dep]}, which failed to load (see its error)"))
+            elif dep not in ids:
                 errors.append(DeclarationError(ps.files[key], f"requires[{i}]", f"unknown patch id {dep!r}"))
     graph = {p.id: set(p.requires) & ids for p in ps.patches.values()}
     try:

@@ -75,6 +75,8 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         ]
         if p.copies:
             lines.append("- **Copies patched too:** " + ", ".join(f"`{c}`" for c in p.copies))
+        if p.uses:
+            lines.append("- **Upstream callables it uses (pinned):** " + ", ".join(f"`{c}`" for c in p.uses))
         if p.implementation:
             lines.append(f"- **Implementation:** `{p.implementation}`")
         if p.env_default:

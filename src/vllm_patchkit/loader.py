@@ -150,6 +150,7 @@ class Loader:
                 continue
             named = [("target", patch.target), ("implementation", patch.implementation)]
             named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
+            named += [(f"uses[{i}]", c) for i, c in enumerate(patch.uses)]
             for fld, spec in named:
                 if spec is None:
                     continue

@@ -37,13 +37,25 @@ def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list) ->
         if pid in seen:
             errors.append(DeclarationError(path, f"patches[{i}].patch", f"patch {pid} listed twice"))
         seen.add(pid)
-        wanted = ([patch.target] if patch.target else []) + list(patch.copies)
+        wanted = patch.pinned_specs
         for spec in wanted:
             if spec not in entry.targets:
                 errors.append(DeclarationError(path, f"patches[{i}].targets", f"no pin for {spec} (run scripts/pin_manifest.py)"))
         for spec in entry.targets:
             if spec not in wanted:
                 errors.append(DeclarationError(path, f"patches[{i}].targets.{spec}", f"not a target or copy of {entry.patch}"))
+    listed = {e.patch.split("@")[0] for e in m.patches}
+    known = {p.id for p in patch_set.patches.values()}
+    marked: set[str] = set()
+    for i, na in enumerate(m.not_applicable):
+        where = f"not_applicable[{i}].patch"
+        if na.patch not in known:
+            errors.append(DeclarationError(path, where, f"no patch {na.patch} in the patch set"))
+        elif na.patch in listed:
+            errors.append(DeclarationError(path, where, f"patch {na.patch} is also listed under patches (as applying)"))
+        elif na.patch in marked:
+            errors.append(DeclarationError(path, where, f"patch {na.patch} marked not applicable twice"))
+        marked.add(na.patch)
 
 
 def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[str, Loaded]:

@@ -8,9 +8,9 @@ no items) unless enabled:
     pytest --patchkit-contracts -m patchkit_contract     # only the contract items
 
 Enabled, it adds, for the manifest that pins the installed vLLM:
-- one item per target (and declared copy) of every listed patch: the target
-  exists and its live fingerprint equals the pin (a copy must also still hold the
-  target's function);
+- one item per pinned place of every listed patch (its target, declared copies and
+  the upstream callables it uses): the place exists and its live fingerprint equals
+  the pin (a copy must also still hold the target's function);
 - one item saying the manifest is complete: every patch is listed or marked not
   applicable.
 A plugin with its own patch set points it there with `--patchkit-patch-dir`
@@ -144,7 +144,7 @@ class PinItem(_Item):
         from .contracts import Breakage, BreakageKind, compare
 
         release = _live()
-        is_copy = self.spec != self.patch.target
+        is_copy = self.spec in self.patch.copies and self.spec != self.patch.target
         found = release.lookup(self.spec, with_digest=self.pin.source_digest is not None)
         breakages = compare(self.patch.key, self.spec, self.pin, found, copy=is_copy)
         if is_copy and not breakages and self.patch.target:

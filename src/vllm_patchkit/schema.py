@@ -150,6 +150,10 @@ class Patch(Strict):
     copies: list[Annotated[str, Field(pattern=TARGET)]] = Field(
         default_factory=list, description="other module:name places holding the target by value"
     )
+    uses: list[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default_factory=list,
+        description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
+    )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     value: Any = None
     env_default: Optional[EnvDefault] = None
@@ -188,6 +192,11 @@ class Patch(Strict):
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
         return self
+
+    @property
+    def pinned_specs(self) -> list[str]:
+        """Every upstream place the manifest pins for this patch: target, copies, uses."""
+        return ([self.target] if self.target else []) + list(self.copies) + list(self.uses)
 
     @property
     def key(self) -> str:

@@ -80,6 +80,18 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
                 return Finding("copy", f"declared copy {spec} holds a different object",
                                f"{patch.target}", repr(held)[:120])
             out.copies.append(copy)
+    for spec in patch.uses:
+        try:
+            used = resolve(spec)
+        except TargetError as exc:
+            return Finding("uses", f"upstream callable the implementation uses is gone: {exc}", spec, "missing")
+        pin = entry.targets.get(spec) if entry is not None else None
+        if pin is None:
+            return Finding("unpinned", f"{spec} (used by the implementation) has no pin in the manifest",
+                           "a pinned fingerprint", None)
+        bad = _compare(spec, pin, fp.live(used.get_raw(), used.owner_is_class, with_digest=pin.source_digest is not None))
+        if bad is not None:
+            return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
     if patch.implementation is not None:
         try:
             out.impl = load_object(patch.implementation)

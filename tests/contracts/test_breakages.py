@@ -210,3 +210,15 @@ def test_every_kind_has_a_case():
         K.probe_error,  # test_retire.py
     }
     assert covered == set(K)
+
+
+@pytest.mark.skipif("uses" not in __import__("vllm_patchkit.schema", fromlist=["Patch"]).Patch.model_fields,
+                    reason="the patch schema has no `uses` field")
+def test_a_used_callable_is_checked_like_a_target_not_like_a_copy(scenario):
+    """`uses`: upstream functions the implementation calls (the KV hook calls vLLM's auto-fit)."""
+    before = {"toy/utils.py": "def sizing(cfg):\n    pass\n\ndef auto_fit(cfg, groups, memory):\n    pass\n"}
+    after = {"toy/utils.py": "def sizing(cfg):\n    pass\n\ndef auto_fit(cfg, groups):\n    pass\n"}
+    s = scenario(before, after, [patch_doc("p", "toy.utils:sizing", uses=["toy.utils:auto_fit"])])
+    assert set(s.pinned.manifest.patches[0].targets) == {"toy.utils:sizing", "toy.utils:auto_fit"}
+    [b] = s.check().breakages  # no copy_differs: a used function is not a copy of the target
+    assert b.kind is K.parameter_removed and b.target == "toy.utils:auto_fit" and b.parameter == "memory"

@@ -229,3 +229,26 @@ def test_no_manifest_policy_nearest_and_error(tmp_path, modules):
     loader.unpatch()
     with pytest.raises(DeclarationError, match="no manifest pins vLLM 0.31.5"):
         make_loader(tmp_path / "e", {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.31.5", policy="error")
+
+
+def test_changed_upstream_callable_in_uses_fails_before_installing(tmp_path, modules):
+    """`uses` pins what the implementation calls without patching it (the KV hook re-runs vLLM's auto-fit)."""
+    kvu, _, _ = modules
+    original = kvu.get_kv_cache_configs
+    used = "vllm.v1.core.kv_cache_utils:_auto_fit_max_model_len"
+    entry = pinned_entry("kv@1", KV, used)
+    entry["targets"][used]["signature"] = "(vllm_config, projected_groups_per_worker)"
+    loader = make_loader(tmp_path, {"kv": kv_patch(uses=[used])}, [entry])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert (rec.state, rec.code) == ("failed", "uses")
+    assert rec.found == "(vllm_config, projected_groups_per_worker, available_memory)"
+    assert kvu.get_kv_cache_configs is original
+
+
+def test_uses_needs_a_pin(tmp_path):
+    from vllm_patchkit.errors import PatchSetErrors
+
+    with pytest.raises(PatchSetErrors, match="no pin for vllm.v1.core.kv_cache_utils:_auto_fit_max_model_len"):
+        make_loader(tmp_path, {"kv": kv_patch(uses=["vllm.v1.core.kv_cache_utils:_auto_fit_max_model_len"])},
+                    [pinned_entry("kv@1", KV)])
