@@ -5,10 +5,10 @@
 Each run starts a real vLLM OpenAI server on 127.0.0.1 (the demo's tiny random
 Llama, `vllm_patchkit.demo.server.serve`: float32, max-model-len 512,
 max-num-seqs 8, 1 GiB KV cache), sends `--warmup` requests, then times
-`--requests` completions of exactly `--tokens` tokens each (`ignore_eos`, greedy)
-from `--concurrency` threads (urllib, loopback only), and stops the server with
-its whole process group. tokens/s = completion tokens reported by the server /
-wall time of the timed batch.
+`--repeats` batches of `--requests` completions of exactly `--tokens` tokens each
+(`ignore_eos`, greedy) from `--concurrency` threads (urllib, loopback only), and
+stops the server with its whole process group. tokens/s = completion tokens
+(checked against the server's `usage`) / wall time of the median batch.
 
 - with:    VLLM_PLUGINS=vllm_patchkit (only this general plugin loads)
 - without: VLLM_PLUGINS=<a name no plugin has> (vLLM's allow-list then loads no
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -83,11 +84,13 @@ def one_run(model: Path, with_plugin: bool, args, workdir: Path, tag: str, seen_
             out = srv.complete(PROMPTS[i % len(PROMPTS)], max_tokens=args.tokens, ignore_eos=True)
             return int(out["usage"]["completion_tokens"])
 
+        batches = []
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             list(pool.map(ask, range(args.warmup)))
-            t1 = time.perf_counter()
-            tokens = sum(pool.map(ask, range(args.requests)))
-            wall = time.perf_counter() - t1
+            for _ in range(args.repeats):
+                t1 = time.perf_counter()
+                tokens = sum(pool.map(ask, range(args.requests)))
+                batches.append((tokens, time.perf_counter() - t1))
         note(seen_pids, srv.processes())
     records = sorted(status.rglob("*.json"))
     roles = sorted({json.loads(p.read_text()).get("role", "?") for p in records})
@@ -96,10 +99,11 @@ def one_run(model: Path, with_plugin: bool, args, workdir: Path, tag: str, seen_
     if not with_plugin and records:
         raise SystemExit(f"{tag}: records in {status} although VLLM_PLUGINS excluded the plugin")
     expected = args.requests * args.tokens
-    if tokens != expected:
-        raise SystemExit(f"{tag}: {tokens} completion tokens, expected {expected}")
-    return {"tag": tag, "plugin": with_plugin, "ready_s": ready, "wall_s": wall, "tokens": tokens,
-            "tps": tokens / wall, "roles": roles}
+    if any(tokens != expected for tokens, _ in batches):
+        raise SystemExit(f"{tag}: completion tokens per batch {[t for t, _ in batches]}, expected {expected}")
+    wall = median([w for _, w in batches])
+    return {"tag": tag, "plugin": with_plugin, "ready_s": ready, "wall_s": wall, "tokens": expected,
+            "tps": expected / wall, "batches_tps": [t / w for t, w in batches], "roles": roles}
 
 
 def main(argv=None) -> int:
@@ -109,19 +113,23 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=64, help="completion tokens per request (default 64)")
     ap.add_argument("--concurrency", type=int, default=8, help="client threads (default 8)")
     ap.add_argument("--warmup", type=int, default=16, help="untimed requests after ready (default 16)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed batches per run; the run's figure is their median (default 3)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds to wait for each server")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="model and logs (default: the demo's cache dir, logs in a temp dir under it)")
     args = ap.parse_args(argv)
 
+    # Bytecode as an installed wheel has it (pip compiles at install), for both variants alike.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     base = (args.workdir or default_workdir()).expanduser()
     model = build_tiny_model(base / "tiny-llama")
     base.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bench-serve-", dir=base))
     print(f"serve_throughput: {machine()}, vLLM {vllm_version()}")
     print(f"model {model}; logs and status in {workdir}")
-    print(f"{args.pairs} pairs; per run {args.warmup} warm-up + {args.requests} timed requests x {args.tokens} tokens "
-          f"at concurrency {args.concurrency}\n", flush=True)
+    print(f"{args.pairs} pairs; per run {args.warmup} warm-up requests, then {args.repeats} timed batches of "
+          f"{args.requests} requests x {args.tokens} tokens at concurrency {args.concurrency} (median batch)\n", flush=True)
     seen: dict[int, str] = {}
     runs: list[dict] = []
     pairs: list[tuple[dict, dict]] = []
@@ -135,7 +143,8 @@ def main(argv=None) -> int:
                 runs.append(r)
                 got[with_plugin] = r
                 print(f"  {tag:<12} ready {r['ready_s']:5.1f} s  {r['tokens']} tokens in {r['wall_s']:.2f} s = "
-                      f"{r['tps']:7.1f} tok/s  records from: {', '.join(r['roles']) or '-'}", flush=True)
+                      f"{r['tps']:7.1f} tok/s (batches: {', '.join(f'{x:.0f}' for x in r['batches_tps'])})  "
+                      f"records from: {', '.join(r['roles']) or '-'}", flush=True)
             pairs.append((got[True], got[False]))
     finally:
         time.sleep(1)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from vllm_patchkit.contracts import StaticView, cached_wheel, check, read_manifests
+from vllm_patchkit.contracts import StaticView, cached_wheel, check, read_manifests, target_specs
 from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
 from vllm_patchkit.static import Missing, StaticRelease
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
 
     ps = load_patch_set(builtin_patch_dirs())
     manifests, paths = read_manifests(builtin_manifest_dir(), ps)
-    targets = sorted({s for p in ps.patches.values() for s in ([p.target] if p.target else []) + list(p.copies)})
+    targets = sorted({s for p in ps.patches.values() for s in target_specs(p)})
 
     baseline = args.baseline or min(manifests, key=Version)
     runs, report, rel = [], None, None
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     warm = statistics.median(warm_runs)
 
     print(f"wheel          {Path(wheel).name} ({Path(wheel).stat().st_size / 1e6:,.0f} MB), vLLM {rel.version()}")
-    print(f"patch set      {len(ps.patches)} patch versions, {len(targets)} distinct targets and copies")
+    print(f"patch set      {len(ps.patches)} patch versions, {len(targets)} distinct pinned places (targets, copies, uses)")
     c = report.counts()
     print(f"pins           vLLM {baseline}")
     print(f"result         {c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned, "

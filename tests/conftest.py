@@ -24,6 +24,20 @@ def _isolated_status(tmp_path, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _restore_environ():
+    """Put os.environ back after every test.
+
+    vLLM writes to os.environ itself (building a VllmConfig for its own DeepSeek-V4 sets
+    VLLM_USE_BREAKABLE_CUDAGRAPH=1), and so do env_default patches; a later end-to-end
+    server would inherit that and behave differently (it did: a refused start-up).
+    """
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def patchkit_log(monkeypatch):
     """Records the plugin's logger emits, at every level.

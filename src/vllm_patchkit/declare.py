@@ -105,8 +105,9 @@ def _read_yaml(path: Path) -> object:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DeclarationError(str(path), "<file>", f"cannot read: {exc}") from None
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # checks the characters first: inside the try
         node = loader.get_single_node()
         if node is None:
             return None
@@ -119,12 +120,18 @@ def _read_yaml(path: Path) -> object:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "<file>"
+        if mark is not None:
+            where = f"line {mark.line + 1}"
+        elif isinstance(getattr(exc, "position", None), int):  # ReaderError: a character YAML forbids
+            where = f"line {text.count(chr(10), 0, exc.position) + 1}"
+        else:
+            where = "<file>"
         raise DeclarationError(str(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
     except RecursionError:
         raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def parse_patch(path: Path) -> Patch:

@@ -141,3 +141,11 @@ def test_manifest_valid_not_applicable_still_loads(tmp_path):
     path.write_text(path.read_text() + "not_applicable:\n- {patch: b, reason: gone upstream}\n")
     ms = load_manifests([tmp_path / "m"], ps)
     assert [n.patch for n in ms["0.31.0"].manifest.not_applicable] == ["b"]
+
+
+def test_character_yaml_forbids_is_an_error_with_its_line(tmp_path):
+    """A NUL byte: the YAML reader's ReaderError must become a DeclarationError naming the line."""
+    path = tmp_path / "nul.yaml"
+    path.write_bytes(GOOD.replace("version: 1\n", "version: 1\nbroken: \x00\n").encode())
+    [err] = _reject(path)
+    assert (err.file, err.field) == (str(path), "line 3") and "unacceptable character" in err.problem

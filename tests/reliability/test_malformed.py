@@ -1,0 +1,81 @@
+"""Property: every malformed patch file and manifest is rejected naming file and field; nothing applied.
+
+Cases are mutations of the valid shipped documents (see mutations.py for the
+operators). Each goes through the whole pipeline the plugin entry point runs
+(patch set -> manifests -> a Loader per process role -> import stage) and must
+stop with DeclarationError / PatchSetErrors, whose every error names one of the
+case's files and a field path, at least one naming the file and field the
+mutation broke; the real vLLM targets keep their objects and no record says
+applied. Counts are printed in the session summary ("vllm-patchkit reliability
+suite").
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+
+from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
+
+from .conftest import COUNTS, OPS
+from .malformed import Places, run_case
+from .mutations import constrained_fields, manifest_cases, patch_cases, BAD
+from vllm_patchkit import schema
+
+EXAMPLES = int(__import__("os").environ.get("PATCHKIT_EXAMPLES", "1100"))  # >= 1,000 required
+MINIMUM = min(1000, EXAMPLES)
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    ps = load_patch_set(builtin_patch_dirs())
+    return ps, Places(ps)
+
+
+def _property(kind, strategy, corpus, shipped, folder):
+    ps, places = shipped
+    serial = itertools.count()
+
+    @SETTINGS
+    @given(case=strategy(corpus))
+    def check(case):
+        note(f"{case.op}: {case.label}")
+        COUNTS[kind] += 1
+        OPS[kind][case.op] += 1
+        where = folder / f"case-{next(serial)}"
+        try:
+            problems, exc = run_case(case, where, ps, places)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        if problems:
+            COUNTS[kind + ":failures"] += 1
+        assert not problems, f"{case.label}\n  " + "\n  ".join(problems) + f"\n  error was: {exc}"
+
+    before = COUNTS[kind]
+    check()
+    ran = COUNTS[kind] - before
+    assert ran >= MINIMUM, f"only {ran} {kind} cases ran"
+
+
+def test_malformed_patch_files_are_rejected(corpus, shipped, tmp_path):
+    _property("patch", patch_cases, corpus, shipped, tmp_path)
+
+
+def test_malformed_manifests_are_rejected(corpus, shipped, tmp_path):
+    _property("manifest", manifest_cases, corpus, shipped, tmp_path)
+
+
+def test_every_constrained_field_has_bad_values():
+    """A new pattern / length / bound in the schema must get bad values in mutations.BAD."""
+    missing = (constrained_fields(schema.Patch) | constrained_fields(schema.Manifest)) - set(BAD)
+    assert not missing, f"add bad values for {sorted(missing)} to tests/reliability/mutations.py BAD"
