@@ -12,7 +12,9 @@ For each role, in fresh subprocesses (`--runs` per role, the roles interleaved):
    patch set and manifests, verify, apply the import-stage patches, write the record;
 4. list the modules that were not in `sys.modules` before.
 
-Times are medians over the runs (wall clock, `time.perf_counter`). One more run
+Times are medians over the runs: load/register/total in wall-clock time, and
+"total CPU" in this process's CPU time (`time.process_time`, which a busy machine
+inflates far less); the goal is judged on CPU time. One more run
 per role traces every new import to where it came from: the module whose code
 imported it, the innermost vllm_patchkit line on the stack, and the patch being
 handled there (when a `patch` is in scope). Goal (issue 4): <= 30 ms and no module
@@ -40,15 +42,19 @@ ENTRY_GROUP, ENTRY_NAME = "vllm.general_plugins", "vllm_patchkit"
 # the front end calls it from EngineArgs (vllm.engine.arg_utils), EngineCore from
 # EngineCore.__init__ (vllm.v1.engine.core), a worker from WorkerWrapperBase.init_worker
 # (vllm.v1.worker.worker_base).
+# Two more baselines separate what the plugin adds from what it only imports earlier:
 # `frontend+api_server` is the front end of `python -m vllm.entrypoints.openai.api_server`,
-# which has imported the whole HTTP server before it builds EngineArgs.
+# which has imported the whole HTTP server before it builds EngineArgs; `worker+cpu_worker`
+# is a CPU worker once it has imported its worker class (right after the plugins load;
+# CPUWorker subclasses vllm.v1.worker.gpu_worker.Worker, the CUDA worker).
 BASELINE = {
     "frontend": ["vllm", "vllm.engine.arg_utils"],
     "frontend+api_server": ["vllm", "vllm.engine.arg_utils", "vllm.entrypoints.openai.api_server"],
     "engine_core": ["vllm", "vllm.engine.arg_utils", "vllm.v1.engine.core"],
     "worker": ["vllm", "vllm.engine.arg_utils", "vllm.v1.worker.worker_base"],
+    "worker+cpu_worker": ["vllm", "vllm.engine.arg_utils", "vllm.v1.worker.worker_base", "vllm.v1.worker.cpu_worker"],
 }
-DEFAULT_ROLES = ("frontend", "frontend+api_server", "engine_core", "worker")
+DEFAULT_ROLES = tuple(BASELINE)
 
 
 def role_of(variant: str) -> str:
@@ -108,15 +114,15 @@ def child(variant: str, out: Path, trace: bool, profile: int) -> None:
 
         prof = cProfile.Profile()
         prof.enable()
-    t2 = time.perf_counter()
+    c2, t2 = time.process_time(), time.perf_counter()
     register = ep.load()
-    t3 = time.perf_counter()
+    c3, t3 = time.process_time(), time.perf_counter()
     error = None
     try:
         register()
     except Exception as exc:  # a refusal or failed patch is a result to print, not a crash
         error = f"{type(exc).__name__}: {exc}"
-    t4 = time.perf_counter()
+    c4, t4 = time.process_time(), time.perf_counter()
     profile_text = None
     if prof is not None:
         import io
@@ -135,7 +141,8 @@ def child(variant: str, out: Path, trace: bool, profile: int) -> None:
     counts = loader.counts() if loader else {}
     applied = sorted(r.patch for r in loader.records.values() if r.state == "applied") if loader else []
     result = {
-        "role": variant, "profile": profile_text, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3, "error": error,
+        "role": variant, "profile": profile_text, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3,
+        "load_cpu_s": c3 - c2, "register_cpu_s": c4 - c3, "error": error,
         "new": new, "counts": counts, "applied": applied,
         "who": {m: tracer.seen.get(m) for m in new} if tracer else None,
     }
@@ -228,29 +235,34 @@ def main(argv=None) -> int:
     print(f"\n{args.runs} fresh processes per role (after one warm-up each); medians in ms. baseline: the imports "
           "of BASELINE[role], before the snapshot; load: entry_point.load(); register: register()\n")
     rows = []
+    totals = {}
     for role in roles:
         rs = results[role]
-        load = median([r["load_s"] for r in rs]) * 1e3
-        reg = median([r["register_s"] for r in rs]) * 1e3
+
+        def med(key, rs=rs):
+            return median([r[key] for r in rs]) * 1e3
+
         tot = median([(r["load_s"] + r["register_s"]) for r in rs]) * 1e3
-        base = median([r["baseline_s"] for r in rs]) * 1e3
+        cpu = median([(r["load_cpu_s"] + r["register_cpu_s"]) for r in rs]) * 1e3
+        totals[role] = (tot, cpu)
         c = rs[-1]["counts"]
         others = [m for m in rs[-1]["new"] if not (m == "vllm_patchkit" or m.startswith("vllm_patchkit."))]
-        rows.append((role, f"{base:.0f}", f"{load:.1f}", f"{reg:.1f}", f"{tot:.1f}", f"{tot / GOAL_MS:.1f}x",
-                     len(others), f"{c.get('applied', 0)}/{c.get('skipped', 0)}/{c.get('failed', 0)}/{c.get('pending', 0)}"))
-    table(("role", "baseline", "load", "register", "total", "vs 30 ms", "new non-ours",
-           "applied/skipped/failed/pending"), rows)
+        rows.append((role, f"{med('baseline_s'):.0f}", f"{med('load_s'):.1f}", f"{med('register_s'):.1f}",
+                     f"{tot:.1f}", f"{cpu:.1f}", f"{cpu / GOAL_MS:.1f}x", len(rs[-1]["new"]) - len(others), len(others),
+                     f"{c.get('applied', 0)}/{c.get('skipped', 0)}/{c.get('failed', 0)}/{c.get('pending', 0)}"))
+    table(("role (baseline)", "baseline", "load", "register", "total", "total CPU", "CPU vs 30 ms", "new ours",
+           "new others", "applied/skipped/failed/pending"), rows)
     for role in roles:
         t = traced[role]
         print(f"\n{role}: applied {', '.join(t['applied']) or 'none'}" + (f"; error: {t['error']}" if t["error"] else ""))
         report_imports(t, args.all_modules)
         if role in profiles:
             print(profiles[role])
-    worst = max(median([(r["load_s"] + r["register_s"]) for r in results[role]]) * 1e3 for role in roles)
+    worst = max(cpu for _, cpu in totals.values())
     extra = {role: sum(1 for m in traced[role]["new"] if not m.startswith("vllm_patchkit")) for role in roles}
-    print(f"\ngoal <= {GOAL_MS:.0f} ms and no new non-vllm_patchkit module: "
+    print(f"\ngoal <= {GOAL_MS:.0f} ms CPU and no new module outside vllm_patchkit: "
           f"{'met' if worst <= GOAL_MS and not any(extra.values()) else 'MISSED'} "
-          f"(worst {worst:.0f} ms; new modules {extra})")
+          f"(worst {worst:.0f} ms CPU; new modules outside vllm_patchkit: {extra})")
     return 0
 
 

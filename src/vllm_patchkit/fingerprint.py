@@ -13,6 +13,7 @@ import ast
 import hashlib
 import inspect
 import textwrap
+import types
 from typing import Any, Optional
 
 from .schema import Fingerprint
@@ -146,3 +147,36 @@ def wrapper_layers(raw: Any, ours: set[int] = frozenset()) -> list[str]:
                 layers.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
         obj = obj.__wrapped__
     return layers
+
+
+def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
+    """`__wrapped__` layers whose code does not live in the upstream package: someone else's wrapper.
+
+    Names cannot tell (`functools.wraps` copies the wrapped function's module and
+    qualname), so a layer is judged by where its code is: a function layer by its
+    code object's file, a proxy object (wrapt) by its type's module. Upstream's own
+    decorators (vLLM's `@instrument`, which is only there when OpenTelemetry is
+    importable) live in the upstream package and are never foreign.
+    """
+    import importlib
+    import os
+    import sys
+
+    top = upstream_module.split(".")[0]
+    pkg = sys.modules.get(top) or importlib.import_module(top)
+    roots = [os.path.dirname(os.path.abspath(f)) for f in [getattr(pkg, "__file__", None)] if f]
+    roots += [os.path.abspath(p) for p in getattr(pkg, "__path__", [])]
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    out, seen, obj = [], set(), raw
+    while hasattr(obj, "__wrapped__") and id(obj) not in seen:
+        seen.add(id(obj))
+        if not getattr(obj, "__vllm_patchkit__", None):
+            if type(obj) is types.FunctionType:  # not isinstance: a wrapt proxy claims the wrapped class
+                path = os.path.abspath(obj.__code__.co_filename)
+                if not any(path.startswith(r + os.sep) or path == r for r in roots):
+                    out.append(f"{obj.__module__}.{obj.__qualname__} (code in {obj.__code__.co_filename})")
+            elif not (type(obj).__module__ == top or type(obj).__module__.startswith(top + ".")):
+                out.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
+        obj = obj.__wrapped__
+    return out

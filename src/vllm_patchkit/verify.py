@@ -58,10 +58,13 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         mark = ours(raw)
         if mark == patch.key:
             out.already = True
-        layers = fp.wrapper_layers(raw)
-        if layers != list(pin.wrappers):
+        # Upstream's own decorator layers may come and go with optional dependencies
+        # (vLLM's @instrument needs OpenTelemetry): only a layer whose code lives outside
+        # the upstream package is someone else's wrapper.
+        foreign = fp.foreign_layers(raw, patch.target.partition(":")[0])
+        if foreign:
             return Finding("conflict", f"{patch.target} is wrapped by someone else; refusing to stack on it",
-                           list(pin.wrappers), layers)
+                           list(pin.wrappers), foreign)
         live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None)
         bad = _compare(patch.target, pin, live)
         if bad is not None:

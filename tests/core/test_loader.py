@@ -122,6 +122,7 @@ def test_target_wrapped_by_third_party_is_a_conflict(tmp_path, modules, third_pa
     rec = loader.records["kv"]
     assert (rec.state, rec.code) == ("failed", "conflict")
     assert rec.expected == [] and len(rec.found) == 1
+    assert ("test_loader.py" in rec.found[0]) if third_party == "functools" else "FunctionWrapper" in rec.found[0]
     assert kvu.get_kv_cache_configs is foreign  # never stacked on
 
 
@@ -139,6 +140,23 @@ def test_native_upstream_decorator_is_not_a_conflict(tmp_path):
     finally:
         loader.unpatch()
     assert ex.Executor.__dict__["__init__"] is before
+
+
+def test_upstream_decorator_layer_absent_on_this_deployment_is_not_a_conflict(tmp_path):
+    """Executor.__init__'s @instrument layer exists only when OpenTelemetry imports; a pin taken
+    with it must still apply where it is absent (and vice versa). Regression: strict layer
+    equality refused the required config-ready hook there."""
+    import vllm.v1.executor.abstract as ex
+
+    spec = "vllm.v1.executor.abstract:Executor.__init__"
+    entry = pinned_entry("ex@1", spec)
+    entry["targets"][spec]["wrappers"] = []  # pinned on a deployment without the layer
+    loader = make_loader(tmp_path, {"ex": patch_doc(id="ex", kind="wrap", target=spec, processes=["frontend"])}, [entry])
+    try:
+        loader.run_import_stage()
+        assert loader.records["ex"].state == "applied", loader.records["ex"]
+    finally:
+        loader.unpatch()
 
 
 def test_required_failure_stops_startup_before_anything_applied(tmp_path, modules):

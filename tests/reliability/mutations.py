@@ -315,8 +315,11 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: the cases are many
+
+
 def dump(doc) -> bytes:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode()
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True).encode()
 
 
 def field_matches(got: str, want: str) -> bool:

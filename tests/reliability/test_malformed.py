@@ -13,7 +13,10 @@ suite").
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -67,12 +70,24 @@ def _property(kind, strategy, corpus, shipped, folder):
     assert ran >= MINIMUM, f"only {ran} {kind} cases ran"
 
 
-def test_malformed_patch_files_are_rejected(corpus, shipped, tmp_path):
-    _property("patch", patch_cases, corpus, shipped, tmp_path)
+@pytest.fixture
+def scratch(tmp_path):
+    """Case folders on a tmpfs when there is one (thousands are made and removed), else under tmp_path."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="patchkit-reliability-", dir=shm))
+        yield folder
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        yield tmp_path
 
 
-def test_malformed_manifests_are_rejected(corpus, shipped, tmp_path):
-    _property("manifest", manifest_cases, corpus, shipped, tmp_path)
+def test_malformed_patch_files_are_rejected(corpus, shipped, scratch):
+    _property("patch", patch_cases, corpus, shipped, scratch)
+
+
+def test_malformed_manifests_are_rejected(corpus, shipped, scratch):
+    _property("manifest", manifest_cases, corpus, shipped, scratch)
 
 
 def test_every_constrained_field_has_bad_values():

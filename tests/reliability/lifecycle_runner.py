@@ -1,0 +1,104 @@
+"""Run lifecycle cases in fresh processes: one new interpreter, one forked child per case.
+
+    python -m tests.reliability.lifecycle_runner JOB.json
+
+Starting a new interpreter per case would cost ~10 s of `import vllm` each. So
+this interpreter imports vLLM (which imports none of the patch targets: vLLM
+imports its submodules lazily; the runner checks that and reports otherwise)
+and the framework, and then forks one child per case. Each child starts with
+the same state a plugin entry point sees in a new vLLM process before vLLM
+imported the targets, runs one PatchLifecycle, writes its result as JSON and
+exits with os._exit (no atexit, no flush thread left behind). At most
+`parallel` children run at once; a child that overruns `timeout` is killed and
+reported.
+
+The job file: {"cases": [{"id", "patch", "role", "order"}], "checkpoints": {arch: dir},
+"out": dir, "status": dir, "parallel": n, "timeout": seconds, "watch": [module, ...]}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+
+def _child(case: dict, job: dict) -> None:
+    from .lifecycle import PatchLifecycle
+
+    status = Path(job["status"]) / case["id"]
+    os.environ["VLLM_PATCHKIT_STATUS_DIR"] = str(status)
+    os.environ.pop("VLLM_PATCHKIT_RUN_ID", None)
+    started = time.time()
+    try:
+        result = PatchLifecycle(case["patch"], case["role"], case["order"], job["checkpoints"], str(status)).run()
+    except BaseException as exc:  # noqa: BLE001
+        result = {"checks": [{"step": "setup", "name": "lifecycle set up", "ok": False, "code": "crashed",
+                              "detail": "".join(traceback.format_exception(exc))[-3000:]}], "notes": []}
+    result.update(id=case["id"], seconds=round(time.time() - started, 2), pid=os.getpid())
+    Path(job["out"], f"{case['id']}.json").write_text(json.dumps(result, indent=1, default=repr))
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    os.environ.setdefault("VLLM_PLUGINS", "")  # no plugin is loaded behind the lifecycle's back
+    t0 = time.time()
+    import vllm  # noqa: F401  (lazy: imports no target module)
+    import vllm_patchkit.declare  # noqa: F401
+    import vllm_patchkit.loader  # noqa: F401
+    import vllm_patchkit.manifest  # noqa: F401
+
+    preloaded = sorted(m for m in job.get("watch", []) if m in sys.modules)
+    header = {"import_seconds": round(time.time() - t0, 2), "preloaded_targets": preloaded,
+              "threads_at_fork": [t.name for t in threading.enumerate()], "python": sys.version.split()[0]}
+    Path(job["out"], "_runner.json").write_text(json.dumps(header, indent=1))
+    pending = list(job["cases"])
+    running: dict[int, tuple[dict, float]] = {}
+    parallel, timeout = int(job.get("parallel", 2)), float(job.get("timeout", 300))
+    while pending or running:
+        while pending and len(running) < parallel:
+            case = pending.pop(0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _child(case, job)
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+                    code = 1
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            running[pid] = (case, time.time())
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            for cpid, (case, started) in list(running.items()):
+                if time.time() - started > timeout:
+                    os.kill(cpid, signal.SIGKILL)
+                    os.waitpid(cpid, 0)
+                    running.pop(cpid)
+                    _missing(job, case, f"killed after {timeout:.0f} s")
+            time.sleep(0.05)
+            continue
+        case, _ = running.pop(pid)
+        if not Path(job["out"], f"{case['id']}.json").exists():
+            _missing(job, case, f"child exited with status {status} and no result")
+    return 0
+
+
+def _missing(job: dict, case: dict, why: str) -> None:
+    Path(job["out"], f"{case['id']}.json").write_text(json.dumps({
+        "id": case["id"], "notes": [], "checks": [{"step": "run", "name": "child finished", "ok": False,
+                                                   "code": "crashed", "detail": why}]}))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))
