@@ -19,6 +19,8 @@ KNOBS = [
            doc="0 turns off the start-up check for class-level patches that the classes in use override without calling."),
     EnvVar(name="VLLM_PATCHKIT_FLUSH_SECONDS", default="2",
            doc="How often (seconds) a process rewrites its record file when counts changed; 0 = only at stage ends and exit."),
+    EnvVar(name="VLLM_PATCHKIT_COUNT_CALLS", default="1",
+           doc="0 installs every wrapper without its call counter (per patch: `count_calls: false`); inert detection then cannot judge."),
     EnvVar(name="VLLM_PATCHKIT_EXTRA_PATCHES", default=None,
            doc="Extra patch folders (os.pathsep-separated), e.g. a plugin's own; each may hold a manifests/ folder pinning its patches."),
 ]

@@ -243,7 +243,8 @@ class Loader:
                 applied = None
                 rec.detail["already"] = "the target already holds this patch; not stacked again"
             elif patch.kind in (Kind.wrap, Kind.replace, Kind.set):
-                applied = install(patch, v.place, v.copies, v.impl, patch.count_calls)
+                count = patch.count_calls and os.environ.get("VLLM_PATCHKIT_COUNT_CALLS", "1") != "0"
+                applied = install(patch, v.place, v.copies, v.impl, count)
                 rec.detail["places"] = [pl.spec for pl, _ in applied.places]
             else:
                 applied = Applied(patch)
