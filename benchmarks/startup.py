@@ -140,10 +140,12 @@ def child(variant: str, out: Path, trace: bool, profile: int) -> None:
     loader = runtime.current()
     counts = loader.counts() if loader else {}
     applied = sorted(r.patch for r in loader.records.values() if r.state == "applied") if loader else []
+    failed = [f"{r.patch} ({r.code}): {r.reason}" for r in loader.records.values() if r.state in ("failed", "refused")] \
+        if loader else []
     result = {
         "role": variant, "profile": profile_text, "baseline_s": t1 - t0, "load_s": t3 - t2, "register_s": t4 - t3,
         "load_cpu_s": c3 - c2, "register_cpu_s": c4 - c3, "error": error,
-        "new": new, "counts": counts, "applied": applied,
+        "new": new, "counts": counts, "applied": applied, "failed": failed,
         "who": {m: tracer.seen.get(m) for m in new} if tracer else None,
     }
     out.write_text(json.dumps(result))
@@ -255,6 +257,8 @@ def main(argv=None) -> int:
     for role in roles:
         t = traced[role]
         print(f"\n{role}: applied {', '.join(t['applied']) or 'none'}" + (f"; error: {t['error']}" if t["error"] else ""))
+        for f in t["failed"]:
+            print(f"  FAILED {f}")
         report_imports(t, args.all_modules)
         if role in profiles:
             print(profiles[role])

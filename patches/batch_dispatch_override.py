@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from vllm_patchkit import runtime
 from vllm_patchkit.declare import parse_patch
-from vllm_patchkit.preconditions import _served_ok, served_by_module
+from vllm_patchkit.preconditions import served_ok, served_by_module
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -108,7 +108,7 @@ def plugin_model(runner: Any) -> tuple[bool, str]:
     if not matched:
         return False, f"architectures {archs} not in {sorted(ARCHITECTURES)}"
     module = _served_module(runner, matched[0])
-    if SERVED_BY is not None and not _served_ok(SERVED_BY, module):
+    if SERVED_BY is not None and not served_ok(SERVED_BY, module):
         return False, f"{matched[0]} served by {module}, not {SERVED_BY}"
     return True, f"{matched[0]} served by {module}"
 

@@ -12,6 +12,10 @@ import os
 
 import pytest
 
+# The environment as the user gave it, before vLLM is imported in-process (vLLM's CPU
+# platform adds LD_PRELOAD, multiprocessing settings, ...): end-to-end servers start from it.
+PRISTINE_ENV = dict(os.environ)
+
 os.environ["VLLM_PLUGINS"] = ""
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 

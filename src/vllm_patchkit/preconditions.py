@@ -90,7 +90,7 @@ def config_facts(vllm_config: Any) -> dict:
     }
 
 
-def _served_ok(want: str, module: Optional[str]) -> bool:
+def served_ok(want: str, module: Optional[str]) -> bool:
     if module is None:
         return False
     in_tree = module == "vllm" or module.startswith("vllm.")
@@ -123,7 +123,7 @@ def unmet_at_config(when: When, config: dict) -> Optional[Unmet]:
         matched = archs
     if when.served_by is not None:
         served = config.get("served_by") or {}
-        if not any(_served_ok(when.served_by, served.get(a)) for a in matched):
+        if not any(served_ok(when.served_by, served.get(a)) for a in matched):
             return Unmet("served_by", when.served_by, {a: served.get(a) for a in matched})
     for name in ("runner", "prefix_caching", "speculative"):
         want = getattr(when, name)

@@ -5,6 +5,7 @@ reuse the same files; each serve itself costs ~30-60 s on a CPU.
 """
 
 import importlib.util
+import os
 
 import pytest
 
@@ -23,6 +24,15 @@ def _serve_env(monkeypatch):
     The top-level conftest turns vLLM's plugin loading off (``VLLM_PLUGINS=""``)
     and quietens logs for in-process unit tests; a real server must not inherit that.
     """
+    from tests.conftest import PRISTINE_ENV
+
+    keep = {k: v for k, v in os.environ.items() if k.startswith("VLLM_PATCHKIT_STATUS_DIR")}
+    for name in list(os.environ):
+        if name not in PRISTINE_ENV:
+            monkeypatch.delenv(name)
+    for name, value in {**PRISTINE_ENV, **keep}.items():
+        if os.environ.get(name) != value:
+            monkeypatch.setenv(name, value)
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
 

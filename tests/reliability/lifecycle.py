@@ -39,7 +39,6 @@ vLLM's target modules at import time.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import sys
@@ -54,13 +53,38 @@ STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
 MARK = "__vllm_patchkit__"
 
 # Checks that fail because of a framework bug reported (not fixed) by the reliability suite.
-# code -> reason; the pytest side turns a case failing only on these into a strict xfail.
-KNOWN_BUGS = {
-    "copy_imported_after_patch_restored": (
-        "apply.Applied.undo restores only the places it patched: a declared copy whose module was imported "
-        "after patching took the wrapper by value and keeps it after unpatch (and a later patch skips that "
-        "copy because it no longer holds the original)"),
-}
+# The pytest side turns a case failing only on these into a strict xfail, and fails when an
+# entry no longer matches anything (the bug was fixed: remove the entry).
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    key: str
+    reason: str
+    matches: Any  # check dict -> bool
+    cascades: bool = False  # the patch never applies: every later check of the case fails with it
+
+
+def _foreign_upstream_decorator(check: dict) -> bool:
+    d = check.get("detail")
+    return (isinstance(d, dict) and d.get("code") == "conflict"
+            and any("site-packages/torch/" in str(f) for f in d.get("found") or []))
+
+
+KNOWN_BUGS = [
+    KnownBug(
+        "late-copy",
+        "apply.Applied.undo restores only the places it patched: a declared copy whose module was imported after "
+        "patching took the wrapper by value and keeps it after unpatch; the next patch then skips that copy "
+        "(it no longer holds the original), so calls through it count into the old, unpatched counter",
+        lambda c: c["code"].startswith("late_copy")),
+    KnownBug(
+        "foreign-upstream-decorator",
+        "fingerprint.foreign_layers calls a layer foreign when its code lives outside the vllm package, but vLLM "
+        "decorates its own methods with third-party decorators: Worker.execute_model carries @torch.inference_mode() "
+        "(code in torch/utils/_contextlib.py), so core.steps.worker fails 'conflict' in every worker",
+        _foreign_upstream_decorator, cascades=True),
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,13 +198,18 @@ class ImportSnapshot:
 
 
 def _importer() -> str:
-    """The first frame outside importlib and this hook: who caused the import."""
-    for frame in inspect.stack()[2:]:
-        f = frame.filename
-        if "importlib" in f or f.endswith("lifecycle.py") or f.startswith("<frozen"):
-            continue
-        return f"{Path(f).parent.name}/{Path(f).name}:{frame.function}"
-    return "?"
+    """Who caused the import: the first frame outside importlib and this hook, and the
+    framework frame further out when the framework started it ("... <- vllm_patchkit/...")."""
+    frame, first = sys._getframe(2), None
+    while frame is not None:
+        f = frame.f_code.co_filename
+        where = f"{Path(f).parent.name}/{Path(f).name}:{frame.f_code.co_name}"
+        if not ("importlib" in f or f.endswith("lifecycle.py") or f.startswith("<frozen")):
+            first = first or where
+            if f"{os.sep}vllm_patchkit{os.sep}" in f:
+                return first if first == where else f"{first} <- {where}"
+        frame = frame.f_back
+    return first or "?"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,10 +310,6 @@ class PatchLifecycle:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if self.recipe.standin and self.recipe.architecture:
-            from vllm import ModelRegistry
-
-            ModelRegistry.register_model(self.recipe.architecture, STANDIN)
         if self.recipe.forced_facts:
             import vllm_patchkit.loader as loader_mod
 
@@ -296,6 +321,14 @@ class PatchLifecycle:
         from vllm.engine.arg_utils import EngineArgs
 
         arch = self.recipe.architecture or "LlamaForCausalLM"
+        if self.recipe.standin and self.recipe.architecture:
+            # Registered as a class (the stand-in plugin registers the string form): vLLM then inspects
+            # it in this process instead of a new interpreter, which saves seconds per case. Done at the
+            # first config, after the import stage, so nothing is imported early in "import-after".
+            from vllm import ModelRegistry
+
+            module, _, name = STANDIN.partition(":")
+            ModelRegistry.register_model(arch, getattr(importlib.import_module(module), name))
         cfg = EngineArgs(model=self.checkpoints[arch], max_model_len=512, dtype="float32",
                          **self.recipe.engine_kwargs).create_engine_config()
         for name, value in self.recipe.env_after_build.items():
@@ -320,6 +353,7 @@ class PatchLifecycle:
                 except Exception as exc:  # a refusal raised inside __post_init__ arrives wrapped by pydantic
                     if "vllm-patchkit" not in str(exc):
                         raise
+                    self.cfg_via = "refused inside VllmConfig.__post_init__ (config-ready hook)"
                     runtime.reset()
                     self.cfg = self.build_config()  # a config for the later loaders' direct calls
                     return exc
@@ -337,14 +371,14 @@ class PatchLifecycle:
     def expected_state(self, p) -> str:
         return "refused" if p.kind.value == "refuse" else "applied"
 
-    def check_patched(self, loaders, snap: ImportSnapshot, outcome) -> None:
+    def check_patched(self, loaders, snap: ImportSnapshot, outcome, refusal_raised: bool = True) -> None:
         c = self.check
         rec = loaders[-1].records[self.patch.id]
         want = self.expected_state(self.patch)
         if not c(rec.state == want, f"{self.patch.key} is {want}",
                  {"state": rec.state, "code": rec.code, "reason": rec.reason, "expected": rec.expected, "found": rec.found}):
             return
-        if want == "refused":
+        if want == "refused" and refusal_raised:
             c(outcome is not None and self.patch.key in str(outcome), "start-up refused naming the patch", str(outcome))
         for p in self.closure:
             prec = loaders[-1].records[p.id]
@@ -387,7 +421,9 @@ class PatchLifecycle:
             except TargetError as exc:
                 c(False, f"copy {spec} resolvable", str(exc))
                 continue
-            c(held is target_raw, f"copy {spec} holds the patched object", repr(held)[:120], code="copy_patched")
+            late = snap.imported_by.get(mod, "").startswith("after-patch")
+            c(held is target_raw, f"copy {spec} holds the patched object" + (" (imported after the first patch)" if late else ""),
+              repr(held)[:120], code="late_copy_repatched" if late else "copy_patched")
             c(layers(held) == 1, f"copy {spec}: exactly one layer", layers(held), code="one_layer")
 
     def _check_status_file(self, loader) -> None:
@@ -415,7 +451,7 @@ class PatchLifecycle:
                     c(False, f"{label}: {spec} resolvable", str(exc))
                     continue
                 late_copy = spec in p.copies and snap.imported_by.get(mod, "").startswith("after-patch")
-                code = "copy_imported_after_patch_restored" if late_copy else "restored"
+                code = "late_copy_restored" if late_copy else "restored"
                 c(raw is want, f"{label}: {spec} holds the original" + (" (copy imported after patching)" if late_copy else ""),
                   {"layers": layers(raw), "held": repr(raw)[:100]}, code=code)
         for name, value in env_before.items():
@@ -466,6 +502,12 @@ class PatchLifecycle:
                     importlib.import_module(m)
                     snap.imported_by[m] = "after-patch (lifecycle)"
         result["imported_by"] = dict(snap.imported_by)
+        if self.order == "import-after":
+            for p in self.closure:
+                if p.stage == "import" and p.target:
+                    mod = p.target.partition(":")[0]
+                    c("vllm_patchkit/" in snap.imported_by.get(mod, ""),
+                      f"import-after: the loader itself imported {mod} (import-stage target)", snap.imported_by.get(mod))
         self.check_patched([l1], snap, outcome)
 
         # unpatch
@@ -500,8 +542,8 @@ class PatchLifecycle:
         outcome = self.run_stages(l4)
         l4.unpatch()
         self.check_restored(snap, env_before, [l4], label="after the first unpatch")
-        outcome = self.run_stages(l4)  # same loader, again
-        self.check_patched([l4], snap, outcome)
+        outcome = self.run_stages(l4)  # same loader, again (a refusal is final: nothing is re-judged)
+        self.check_patched([l4], snap, outcome, refusal_raised=False)
         l4.unpatch()
         l5 = self.loader()
         outcome = self.run_stages(l5)

@@ -12,8 +12,9 @@ exits with os._exit (no atexit, no flush thread left behind). At most
 `parallel` children run at once; a child that overruns `timeout` is killed and
 reported.
 
-The job file: {"cases": [{"id", "patch", "role", "order"}], "checkpoints": {arch: dir},
-"out": dir, "status": dir, "parallel": n, "timeout": seconds, "watch": [module, ...]}.
+The job file: {"groups": [{"name", "preload": [module, ...], "cases": [{"id", "patch", "role",
+"order"}], "parallel": n}], "checkpoints": {arch: dir}, "out": dir, "status": dir,
+"timeout": seconds, "watch": [module, ...]}.
 """
 
 from __future__ import annotations
@@ -44,22 +45,11 @@ def _child(case: dict, job: dict) -> None:
     Path(job["out"], f"{case['id']}.json").write_text(json.dumps(result, indent=1, default=repr))
 
 
-def main(job_path: str) -> int:
-    job = json.loads(Path(job_path).read_text())
-    os.environ.setdefault("VLLM_PLUGINS", "")  # no plugin is loaded behind the lifecycle's back
-    t0 = time.time()
-    import vllm  # noqa: F401  (lazy: imports no target module)
-    import vllm_patchkit.declare  # noqa: F401
-    import vllm_patchkit.loader  # noqa: F401
-    import vllm_patchkit.manifest  # noqa: F401
-
-    preloaded = sorted(m for m in job.get("watch", []) if m in sys.modules)
-    header = {"import_seconds": round(time.time() - t0, 2), "preloaded_targets": preloaded,
-              "threads_at_fork": [t.name for t in threading.enumerate()], "python": sys.version.split()[0]}
-    Path(job["out"], "_runner.json").write_text(json.dumps(header, indent=1))
-    pending = list(job["cases"])
+def serve(cases: list[dict], job: dict, parallel: int) -> None:
+    """Fork one child per case, at most `parallel` at a time; kill overruns."""
+    pending = list(cases)
     running: dict[int, tuple[dict, float]] = {}
-    parallel, timeout = int(job.get("parallel", 2)), float(job.get("timeout", 300))
+    timeout = float(job.get("timeout", 300))
     while pending or running:
         while pending and len(running) < parallel:
             case = pending.pop(0)
@@ -78,20 +68,73 @@ def main(job_path: str) -> int:
                     sys.stderr.flush()
                     os._exit(code)
             running[pid] = (case, time.time())
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            for cpid, (case, started) in list(running.items()):
-                if time.time() - started > timeout:
-                    os.kill(cpid, signal.SIGKILL)
-                    os.waitpid(cpid, 0)
-                    running.pop(cpid)
-                    _missing(job, case, f"killed after {timeout:.0f} s")
-            time.sleep(0.05)
+        for cpid, (case, started) in list(running.items()):
+            done, status = os.waitpid(cpid, os.WNOHANG)
+            if done:
+                running.pop(cpid)
+                if not Path(job["out"], f"{case['id']}.json").exists():
+                    _missing(job, case, f"child exited with status {status} and no result")
+            elif time.time() - started > timeout:
+                os.kill(cpid, signal.SIGKILL)
+                os.waitpid(cpid, 0)
+                running.pop(cpid)
+                _missing(job, case, f"killed after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def _header(job: dict, name: str, t0: float) -> None:
+    header = {"group": name, "import_seconds": round(time.time() - t0, 2),
+              "preloaded_targets": sorted(m for m in job.get("watch", []) if m in sys.modules),
+              "threads_at_fork": [t.name for t in threading.enumerate()], "python": sys.version.split()[0]}
+    Path(job["out"], f"_runner-{name}.json").write_text(json.dumps(header, indent=1))
+
+
+def main(job_path: str) -> int:
+    """Groups with a `preload` list get their own server, forked after it imported the list
+    (import-before cases: their targets are imported anyway, so children start warm)."""
+    import importlib
+
+    job = json.loads(Path(job_path).read_text())
+    os.environ.setdefault("VLLM_PLUGINS", "")  # no plugin is loaded behind the lifecycle's back
+    t0 = time.time()
+    import vllm  # noqa: F401  (lazy: imports no target module)
+    import vllm_patchkit.declare  # noqa: F401
+    import vllm_patchkit.loader  # noqa: F401
+    import vllm_patchkit.manifest  # noqa: F401
+
+    groups = job["groups"]
+    servers = []
+    for group in groups:
+        if not group.get("preload"):
             continue
-        case, _ = running.pop(pid)
-        if not Path(job["out"], f"{case['id']}.json").exists():
-            _missing(job, case, f"child exited with status {status} and no result")
-    return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                t1 = time.time()
+                for module in group["preload"]:
+                    importlib.import_module(module)
+                _header(job, group["name"], t1)
+                serve(group["cases"], job, int(group.get("parallel", 1)))
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        servers.append(pid)
+    for group in groups:
+        if not group.get("preload"):
+            _header(job, group["name"], t0)
+            serve(group["cases"], job, int(group.get("parallel", 1)))
+    failed = 0
+    for pid in servers:
+        _, status = os.waitpid(pid, 0)
+        failed |= status != 0
+    return 1 if failed else 0
 
 
 def _missing(job: dict, case: dict, why: str) -> None:

@@ -657,3 +657,33 @@ def manifest_cases(draw, corpus: Corpus) -> Case:
             words = "twice"
         where = f"not_applicable[{len(na) - 1}].patch"
     return Case("manifest", op, f"{op} at entry {i} ({pid})", {}, {mname: dump(doc)}, mname, where, words)
+
+
+def sweep(doc: dict, model: type) -> list[tuple[dict, str, str, str]]:
+    """Deterministic companions of the random cases: every field of the document gets a wrong type
+    (the wrong value rotates), every mapping an unknown key, every required field is removed once."""
+    out = []
+    _, locs = walk(doc, model)
+    for i in range(len(locs)):
+        new = copy.deepcopy(doc)
+        loc = walk(new, model)[1][i]
+        if loc.shape.kind == "any":
+            continue
+        options = wrong_types(loc.shape)
+        loc.container[loc.key] = options[i % len(options)]
+        out.append((new, "sweep:wrong_type", f"wrong type at {loc.path}", loc.path))
+    nodes, _ = walk(doc, model)
+    for i in range(len(nodes)):
+        new = copy.deepcopy(doc)
+        node = walk(new, model)[0][i]
+        node.doc["zz_not_a_field"] = 1
+        out.append((new, "sweep:unknown_key", f"unknown key in {node.path or '<root>'}", _join(node.path, "zz_not_a_field")))
+        shapes = field_shapes(node.model)
+        required = [n for n in node.doc if n in shapes and shapes[n][1] and n != "zz_not_a_field"]
+        for name in required + _conditionally_required(node):
+            new2 = copy.deepcopy(doc)
+            node2 = walk(new2, model)[0][i]
+            del node2.doc[name]
+            where = node.path if node.model is schema.RetireWhen else _join(node.path, name)
+            out.append((new2, "sweep:missing_required", f"missing {_join(node.path, name)}", where))
+    return out

@@ -94,3 +94,53 @@ def test_every_constrained_field_has_bad_values():
     """A new pattern / length / bound in the schema must get bad values in mutations.BAD."""
     missing = (constrained_fields(schema.Patch) | constrained_fields(schema.Manifest)) - set(BAD)
     assert not missing, f"add bad values for {sorted(missing)} to tests/reliability/mutations.py BAD"
+
+
+def test_sweep_every_field_of_every_shipped_document(corpus, shipped, scratch):
+    """Not random: each field of each shipped patch file and of the base manifest once."""
+    from .mutations import Case, dump, sweep
+
+    ps, places = shipped
+    problems = []
+    n = 0
+    for name, doc in sorted(corpus.patch_docs.items()):
+        files = corpus.closure(name)
+        for new, op, label, where in sweep(doc, schema.Patch):
+            case = Case("patch", op, f"{name}: {label}", {**{f: corpus.patch_texts[f].encode() for f in files}, name: dump(new)},
+                        {corpus.manifest_name: dump(corpus.manifest_for(files))}, name, where)
+            problems += _sweep_one(case, scratch / f"sweep-{n}", ps, places)
+            n += 1
+    for new, op, label, where in sweep(corpus.manifest_doc, schema.Manifest):
+        case = Case("manifest", op, label, {}, {corpus.manifest_name: dump(new)}, corpus.manifest_name, where)
+        problems += _sweep_one(case, scratch / f"sweep-{n}", ps, places)
+        n += 1
+    assert not problems, "\n".join(problems[:20])
+
+
+def _sweep_one(case, folder, ps, places) -> list[str]:
+    COUNTS[case.kind] += 1
+    OPS[case.kind][case.op] += 1
+    try:
+        problems, exc = run_case(case, folder, ps, places)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if problems:
+        COUNTS[case.kind + ":failures"] += 1
+    return [f"{case.label}: {p}" for p in problems]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "schema._check_specifier accepts a blank or comma-only specifier (' ', ',', ' , '): packaging reads it as an "
+    "empty SpecifierSet, which matches every version, so `when: {vllm: ' '}` silently means 'any release' and "
+    "`retire_when: {vllm: ','}` says the patch can always be retired"))
+@pytest.mark.parametrize("spec", [" ", ",", " , "])
+@pytest.mark.parametrize("where", ["when", "retire_when"])
+def test_schema_gaps_blank_version_specifier_is_rejected(tmp_path, where, spec):
+    from vllm_patchkit.errors import DeclarationError, PatchSetErrors
+
+    from ..core.helpers import patch_doc, write_patch
+
+    extra = {"when": {"vllm": spec}} if where == "when" else {"retire_when": {"vllm": spec}}
+    write_patch(tmp_path, "p", patch_doc(id="a", kind="refuse", message="m", processes=["frontend"], **extra))
+    with pytest.raises((DeclarationError, PatchSetErrors)):
+        load_patch_set([tmp_path])
