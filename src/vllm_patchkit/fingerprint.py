@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import functools
 import textwrap
 import types
 from typing import Any, Optional
@@ -149,23 +150,67 @@ def wrapper_layers(raw: Any, ours: set[int] = frozenset()) -> list[str]:
     return layers
 
 
+@functools.lru_cache(maxsize=None)
+def upstream_code_roots(top: str) -> tuple[str, ...]:
+    """Folders whose code counts as upstream's own: the package, its declared dependencies, the stdlib.
+
+    vLLM decorates its methods with its own decorators (`@instrument`) and with its
+    dependencies' (`@torch.inference_mode()`, whose wrapper code lives in torch). A
+    plugin's wrapper lives in neither.
+    """
+    import importlib.metadata as md
+    import importlib.util
+    import os
+    import re
+    import sysconfig
+
+    names = {top}
+    try:
+        dists = md.packages_distributions().get(top, [])
+        by_dist: dict[str, list[str]] = {}
+        for mod, ds in md.packages_distributions().items():
+            for d in ds:
+                by_dist.setdefault(d.lower().replace("_", "-"), []).append(mod)
+        for dist in dists:
+            for req in md.requires(dist) or []:
+                name = re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0].lower().replace("_", "-")
+                names.update(by_dist.get(name, []))
+    except Exception:
+        pass
+    roots = {os.path.abspath(sysconfig.get_paths()["stdlib"])}
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        for loc in spec.submodule_search_locations or []:
+            roots.add(os.path.abspath(loc))
+        if spec.origin and not spec.submodule_search_locations:
+            roots.add(os.path.abspath(spec.origin))
+    return tuple(sorted(roots))
+
+
 def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
-    """`__wrapped__` layers whose code does not live in the upstream package: someone else's wrapper.
+    """`__wrapped__` layers that are neither upstream's nor ours: someone else's wrapper.
 
     Names cannot tell (`functools.wraps` copies the wrapped function's module and
     qualname), so a layer is judged by where its code is: a function layer by its
     code object's file, a proxy object (wrapt) by its type's module. Upstream's own
-    decorators (vLLM's `@instrument`, which is only there when OpenTelemetry is
-    importable) live in the upstream package and are never foreign.
+    decorators may come and go with optional dependencies (vLLM's `@instrument` is a
+    layer only when OpenTelemetry imports), so their presence is never a conflict.
     """
-    import importlib
     import os
     import sys
 
     top = upstream_module.split(".")[0]
-    pkg = sys.modules.get(top) or importlib.import_module(top)
-    roots = [os.path.dirname(os.path.abspath(f)) for f in [getattr(pkg, "__file__", None)] if f]
-    roots += [os.path.abspath(p) for p in getattr(pkg, "__path__", [])]
+    roots = upstream_code_roots(top)
+
+    def upstream_path(path: str) -> bool:
+        path = os.path.abspath(path)
+        return any(path == r or path.startswith(r + os.sep) for r in roots)
+
     if isinstance(raw, (staticmethod, classmethod)):
         raw = raw.__func__
     out, seen, obj = [], set(), raw
@@ -173,10 +218,12 @@ def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
         seen.add(id(obj))
         if not getattr(obj, "__vllm_patchkit__", None):
             if type(obj) is types.FunctionType:  # not isinstance: a wrapt proxy claims the wrapped class
-                path = os.path.abspath(obj.__code__.co_filename)
-                if not any(path.startswith(r + os.sep) or path == r for r in roots):
+                if not upstream_path(obj.__code__.co_filename):
                     out.append(f"{obj.__module__}.{obj.__qualname__} (code in {obj.__code__.co_filename})")
-            elif not (type(obj).__module__ == top or type(obj).__module__.startswith(top + ".")):
-                out.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
+            else:
+                mod = sys.modules.get(type(obj).__module__)
+                where = getattr(mod, "__file__", None)
+                if where is None or not upstream_path(where):
+                    out.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
         obj = obj.__wrapped__
     return out

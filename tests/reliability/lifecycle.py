@@ -105,7 +105,14 @@ class Recipe:
     notes: list = field(default_factory=list)
 
 
+# patch id -> function(recipe) adjusting what recipe_for derived, for a precondition it cannot meet
+# (say so in recipe.notes; results carry the notes). Empty: every shipped patch's `when` is met by
+# recipe_for, with a real config (runner v2 only as vLLM's live rule allows on a CPU, see there).
+OVERRIDES: dict = {}
+
+
 def recipe_for(patches) -> Recipe:
+    """Derived from the patches' `when`: a new precondition value gets a real config here, or is forced."""
     r = Recipe()
     for p in patches:
         w = p.when
@@ -266,6 +273,8 @@ class PatchLifecycle:
         self.status_dir = Path(status_dir)
         self.closure = self._closure()
         self.recipe = recipe_for(self.closure)
+        if patch_id in OVERRIDES:
+            OVERRIDES[patch_id](self.recipe)
         self.needs_config = any(p.stage == "config" for p in self.closure)
         self.check = Checks()
         self.notes: list[str] = list(self.recipe.notes)
@@ -335,7 +344,7 @@ class PatchLifecycle:
             os.environ[name] = value
         return cfg
 
-    def run_stages(self, loader, first: bool = False):
+    def run_stages(self, loader):
         """Import stage, then (if needed) the config stage: in the front end through vLLM's own
         VllmConfig.__post_init__ (the config-ready hook) the first time, directly otherwise."""
         from vllm_patchkit import runtime
@@ -493,7 +502,7 @@ class PatchLifecycle:
         # patch
         c.step = "patch"
         l1 = self.loader()
-        outcome = self.run_stages(l1, first=True)
+        outcome = self.run_stages(l1)
         result["config"] = self.cfg_via
         if self.order == "import-after":
             for m in copy_modules:  # e.g. vllm.v1.engine.core, imported after the plugin patched

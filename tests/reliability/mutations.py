@@ -23,7 +23,7 @@ import enum
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import yaml
 from hypothesis import strategies as st
