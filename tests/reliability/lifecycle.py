@@ -65,12 +65,6 @@ class KnownBug:
     cascades: bool = False  # the patch never applies: every later check of the case fails with it
 
 
-def _foreign_upstream_decorator(check: dict) -> bool:
-    d = check.get("detail")
-    return (isinstance(d, dict) and d.get("code") == "conflict"
-            and any("site-packages/torch/" in str(f) for f in d.get("found") or []))
-
-
 KNOWN_BUGS = [
     KnownBug(
         "late-copy",
@@ -78,12 +72,6 @@ KNOWN_BUGS = [
         "patching took the wrapper by value and keeps it after unpatch; the next patch then skips that copy "
         "(it no longer holds the original), so calls through it count into the old, unpatched counter",
         lambda c: c["code"].startswith("late_copy")),
-    KnownBug(
-        "foreign-upstream-decorator",
-        "fingerprint.foreign_layers calls a layer foreign when its code lives outside the vllm package, but vLLM "
-        "decorates its own methods with third-party decorators: Worker.execute_model carries @torch.inference_mode() "
-        "(code in torch/utils/_contextlib.py), so core.steps.worker fails 'conflict' in every worker",
-        _foreign_upstream_decorator, cascades=True),
 ]
 
 
