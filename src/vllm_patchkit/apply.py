@@ -96,9 +96,22 @@ class Applied:
     env: Optional[tuple[str, Optional[str]]] = None  # (name, previous value)
     counter: Counter = field(default_factory=Counter)
 
+    late_copies: list[str] = field(default_factory=list)  # declared copies not imported at install time
+    installed: Any = None  # the function we installed
+    original: Any = None
+
     def undo(self) -> None:
         for place, original in reversed(self.places):
             place.set_raw(original)
+        from .targets import TargetError, resolve
+
+        for spec in self.late_copies:  # imported after install: they took our wrapper by value
+            try:
+                place = resolve(spec, import_module=False)
+            except TargetError:
+                continue
+            if place.get_raw() is self.installed:
+                place.set_raw(self.original)
         if self.env is not None:
             name, previous = self.env
             if previous is None:
@@ -120,11 +133,15 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     new_raw = rewrap_descriptor(raw, fn)
     place.set_raw(new_raw)
     applied.places.append((place, raw))
+    applied.installed, applied.original = fn, original
+    done = set()
     for copy in copies:
         held = copy.get_raw()
+        done.add(copy.spec)
         if held is not MISSING and function_of(held) is original:
             copy.set_raw(fn)
             applied.places.append((copy, held))
+    applied.late_copies = [c for c in patch.copies if c not in done]
     return applied
 
 

@@ -48,8 +48,14 @@ def module_exists(name: str) -> bool:
         return True
     try:
         return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
+    except ModuleNotFoundError as exc:
+        # a missing parent is "not found"; a parent that exists but fails to import is broken,
+        # which verify() records as an `implementation`/`target` failure of that patch alone
+        return not (exc.name and (name == exc.name or name.startswith(exc.name + ".")))
+    except ValueError:
         return False
+    except Exception:
+        return True
 
 
 def installed_vllm_version() -> str:
@@ -312,7 +318,11 @@ class Loader:
         self.sync_calls()
         self.process.updated = time.time()
         self.process.patches = list(self.records.values())
-        path = process_file(self.status_dir or default_status_dir(), self.process)
+        try:
+            path = process_file(self.status_dir or default_status_dir(), self.process)
+        except RuntimeError as exc:  # Path.home() with no home directory (arbitrary uid in a container)
+            log.warning("vllm-patchkit: no status directory (%s); set VLLM_PATCHKIT_STATUS_DIR", exc)
+            return None
         try:
             write_atomic(path, self.process.to_json())
         except OSError as exc:

@@ -53,6 +53,8 @@ class Frequency(str, Enum):
 
 
 def _check_specifier(value: str) -> str:
+    if not value.strip(" ,\t"):
+        raise ValueError(f"empty version specifier {value!r} would match every release; write one, e.g. '>=0.31'")
     try:
         SpecifierSet(value)
     except InvalidSpecifier as exc:

@@ -43,6 +43,22 @@ def _compare(spec: str, pin: Fingerprint, live: Fingerprint) -> Optional[Finding
     return None
 
 
+def _replaced_by(spec: str, func: Any) -> Optional[str]:
+    """Where the function at the target was really defined, when that is not the target itself.
+
+    A plain `setattr` replacement with the same signature has no `__wrapped__` layer to see;
+    its defining module or qualname gives it away.
+    """
+    import types
+
+    if type(func) is not types.FunctionType:
+        return None
+    module, _, qualname = spec.partition(":")
+    if func.__module__ == module and func.__qualname__ == qualname:
+        return None
+    return f"{func.__module__}:{func.__qualname__} (code in {func.__code__.co_filename})"
+
+
 def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
     """Resolve target, copies and implementation; compare with the manifest's pins."""
     out = Verified()
@@ -69,6 +85,10 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         bad = _compare(patch.target, pin, live)
         if bad is not None:
             return bad
+        replaced = _replaced_by(patch.target, fp.innermost(raw))
+        if replaced is not None:
+            return Finding("conflict", f"{patch.target} was replaced by another object with the same signature; "
+                           "refusing to patch it", patch.target, replaced)
         out.place = place
         original = fp.innermost(raw)
         for spec in patch.copies:

@@ -43,15 +43,16 @@ def test_explicit_1_is_refused_before_the_config_is_finished(frontend, checkpoin
 
     monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "1")
     seen = []
-    real = cfgmod.VllmConfig._maybe_enable_breakable_cudagraph
-    monkeypatch.setattr(cfgmod.VllmConfig, "_maybe_enable_breakable_cudagraph",
-                        lambda self: seen.append(1) or real(self))
+    # spy on the first thing vLLM's own __post_init__ does (not a patch target: replacing
+    # a target would rightly be refused as a conflict)
+    real = cfgmod.VllmConfig._resolve_mm_encoder_only
+    monkeypatch.setattr(cfgmod.VllmConfig, "_resolve_mm_encoder_only", lambda self: seen.append(1) or real(self))
     with pytest.raises(ValueError, match="VLLM_USE_BREAKABLE_CUDAGRAPH=1 is not supported") as ei:
         build_config(checkpoints["DeepseekV4ForCausalLM"])
     # pydantic's dataclass re-raises it as its ValueError subclass, with our message inside
     assert "vllm-patchkit: breakable-cudagraph-refuse@1" in str(ei.value)
     assert "DeepseekV4ForCausalLM" in str(ei.value)
-    assert seen == []  # vLLM's own breakable-cudagraph logic never ran
+    assert seen == []  # none of vLLM's own __post_init__ logic ran
     assert frontend.records[REFUSE].state == "refused"
 
 

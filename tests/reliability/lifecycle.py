@@ -65,14 +65,7 @@ class KnownBug:
     cascades: bool = False  # the patch never applies: every later check of the case fails with it
 
 
-KNOWN_BUGS = [
-    KnownBug(
-        "late-copy",
-        "apply.Applied.undo restores only the places it patched: a declared copy whose module was imported after "
-        "patching took the wrapper by value and keeps it after unpatch; the next patch then skips that copy "
-        "(it no longer holds the original), so calls through it count into the old, unpatched counter",
-        lambda c: c["code"].startswith("late_copy")),
-]
+KNOWN_BUGS: list[KnownBug] = []  # late-copy: fixed (apply.Applied.undo restores declared copies imported after install)
 
 
 # ---------------------------------------------------------------------------------------------
