@@ -64,3 +64,19 @@ def patchkit_log(monkeypatch):
     monkeypatch.setattr(logger, "handle", handle, raising=False)
     monkeypatch.setattr(logger, "isEnabledFor", lambda level: True, raising=False)
     return seen
+
+
+STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
+
+
+@pytest.fixture
+def standin_registered():
+    """Register the test-only out-of-tree class for DeepseekV4ForCausalLM, as the stand-in plugin
+    (tests/plugins/standin) does in a server: it stands in for ATOM's model exactly where patches
+    look, the architecture name and the registry's answer."""
+    from vllm import ModelRegistry
+
+    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
+    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
+    yield
+    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved

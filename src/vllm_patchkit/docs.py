@@ -35,12 +35,17 @@ def _when(p: Patch) -> list[str]:
     return out
 
 
+def _listing(patch_id: str, m) -> tuple:
+    """(manifest entry, not-applicable entry) of a patch id in one manifest; either may be None."""
+    entry = next((e for e in m.patches if e.patch.split("@")[0] == patch_id), None)
+    na = next((n for n in m.not_applicable if n.patch == patch_id), None)
+    return entry, na
+
+
 def _releases(patch_id: str, manifests: dict[str, Loaded]) -> list[str]:
     rows = []
     for ver in sorted(manifests, key=Version):
-        m = manifests[ver].manifest
-        entry = next((e for e in m.patches if e.patch.split("@")[0] == patch_id), None)
-        na = next((n for n in m.not_applicable if n.patch == patch_id), None)
+        entry, na = _listing(patch_id, manifests[ver].manifest)
         if entry is not None:
             rows.append(f"vLLM {ver}: version {entry.patch.split('@')[1]}")
         elif na is not None:
@@ -127,9 +132,7 @@ def render_manifests(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
     for pid in ids:
         cells = []
         for v in versions:
-            m = manifests[v].manifest
-            entry = next((e for e in m.patches if e.patch.split("@")[0] == pid), None)
-            na = next((n for n in m.not_applicable if n.patch == pid), None)
+            entry, na = _listing(pid, manifests[v].manifest)
             if entry is not None:
                 cells.append(f"v{entry.patch.split('@')[1]}")
             elif na is not None:

@@ -176,16 +176,6 @@ def _config(model_dir):
     return EngineArgs(model=str(model_dir), max_model_len=512, dtype="float32").create_engine_config()
 
 
-@pytest.fixture
-def standin_registered():
-    from vllm import ModelRegistry
-
-    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
-    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
-    yield
-    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
-
-
 def test_matches_only_the_plugins_v4(checkpoints, standin_registered):
     v4 = DeepseekV4Adapter()
     assert v4.matches(_config(checkpoints["DeepseekV4ForCausalLM"]))

@@ -22,17 +22,6 @@ def checkpoints(tmp_path_factory):
 
 
 @pytest.fixture
-def standin_registered():
-    """Register the test-only out-of-tree class for DeepseekV4ForCausalLM (as the stand-in plugin does)."""
-    from vllm import ModelRegistry
-
-    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
-    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
-    yield
-    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
-
-
-@pytest.fixture
 def frontend(monkeypatch):
     """The shipped patch set, loaded as the front end's plugin entry point would; undone after."""
     monkeypatch.delenv("VLLM_USE_BREAKABLE_CUDAGRAPH", raising=False)

@@ -408,16 +408,6 @@ def test_yaml_declares_what_the_code_reads():
 
 
 @pytest.fixture
-def standin_registered():
-    from vllm import ModelRegistry
-
-    saved = ModelRegistry.models.get("DeepseekV4ForCausalLM")
-    ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
-    yield
-    ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
-
-
-@pytest.fixture
 def engine_core_loader():
     from vllm_patchkit.loader import Loader
 
