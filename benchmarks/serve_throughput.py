@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -98,8 +99,16 @@ def compile_key(log: Path) -> str:
 
 
 def one_run(model: Path, with_plugin: bool, args, workdir: Path, tag: str, seen_pids: dict[int, str]) -> dict:
-    status = Path(tempfile.mkdtemp(prefix=f"status-{tag}-", dir=workdir))
+    if args.stable_compile_key:
+        # Same status dir path and run id every run: the plugin's env vars then hash the same.
+        status = workdir / "status"
+        shutil.rmtree(status, ignore_errors=True)
+        status.mkdir()
+    else:
+        status = Path(tempfile.mkdtemp(prefix=f"status-{tag}-", dir=workdir))
     env = {"VLLM_PLUGINS": PLUGIN if with_plugin else NO_PLUGIN, "VLLM_PATCHKIT_STATUS_DIR": str(status)}
+    if args.stable_compile_key:
+        env["VLLM_PATCHKIT_RUN_ID"] = "serve-throughput-bench"
     log = workdir / f"server-{tag}.log"
     t0 = time.monotonic()
     with serve(model, env=env, log_path=log, timeout=args.timeout) as srv:
@@ -151,6 +160,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5,
                     help="timed batches per run; the run's figure is their median (default 5)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds to wait for each server")
+    ap.add_argument("--stable-compile-key", action="store_true",
+                    help="give every run the same VLLM_PATCHKIT_RUN_ID and status dir path, so that the plugin's "
+                         "env vars do not change vLLM's torch.compile cache key from run to run (isolates the "
+                         "steady-state cost from that effect)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="model and logs (default: the demo's cache dir, logs in a temp dir under it)")
     args = ap.parse_args(argv)
@@ -163,6 +176,8 @@ def main(argv=None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-serve-", dir=base))
     print(f"serve_throughput: {machine()}, vLLM {vllm_version()}")
     print(f"model {model}; logs and status in {workdir}")
+    if args.stable_compile_key:
+        print("--stable-compile-key: VLLM_PATCHKIT_RUN_ID and VLLM_PATCHKIT_STATUS_DIR fixed for every run")
     print(f"{args.pairs} pairs; per run {args.warmup} warm-up requests, then {args.repeats} timed batches of "
           f"{args.requests} requests x {args.tokens} tokens at concurrency {args.concurrency} (median batch)\n", flush=True)
     seen: dict[int, str] = {}

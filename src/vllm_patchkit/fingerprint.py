@@ -158,17 +158,18 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
     dependencies' (`@torch.inference_mode()`, whose wrapper code lives in torch). A
     plugin's wrapper lives in neither.
     """
+    import importlib.machinery
     import importlib.metadata as md
-    import importlib.util
     import os
     import re
     import sysconfig
 
     names = {top}
     try:
-        dists = md.packages_distributions().get(top, [])
+        mapping = md.packages_distributions()  # ~150 ms: computed once, only when a layer needs it
+        dists = mapping.get(top, [])
         by_dist: dict[str, list[str]] = {}
-        for mod, ds in md.packages_distributions().items():
+        for mod, ds in mapping.items():
             for d in ds:
                 by_dist.setdefault(d.lower().replace("_", "-"), []).append(mod)
         for dist in dists:
@@ -180,7 +181,7 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
     roots = {os.path.abspath(sysconfig.get_paths()["stdlib"])}
     for name in names:
         try:
-            spec = importlib.util.find_spec(name)
+            spec = importlib.machinery.PathFinder.find_spec(name)  # the file system only: imports nothing
         except (ImportError, ValueError):
             continue
         if spec is None:
@@ -205,11 +206,15 @@ def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
     import sys
 
     top = upstream_module.split(".")[0]
-    roots = upstream_code_roots(top)
+
+    def inside(path: str, roots) -> bool:
+        return any(path == r or path.startswith(r + os.sep) for r in roots)
 
     def upstream_path(path: str) -> bool:
         path = os.path.abspath(path)
-        return any(path == r or path.startswith(r + os.sep) for r in roots)
+        own = [os.path.abspath(p) for p in getattr(sys.modules.get(top), "__path__", [])]
+        # cheap first: upstream's own package; its dependencies' folders only when needed
+        return inside(path, own) or inside(path, upstream_code_roots(top))
 
     if isinstance(raw, (staticmethod, classmethod)):
         raw = raw.__func__

@@ -9,6 +9,7 @@ patch that cannot apply stops start-up with nothing half-applied.
 from __future__ import annotations
 
 import graphlib
+import importlib.machinery
 import importlib.util
 import sys
 import logging
@@ -43,19 +44,40 @@ log = logging.getLogger("vllm.patchkit")
 
 
 def module_exists(name: str) -> bool:
-    """Whether `name` can be imported, without importing it (parents are imported)."""
+    """Whether `name` can be found, without importing it or any parent that is not imported yet.
+
+    The plan checks every module a listed patch names; importing them (as
+    `importlib.util.find_spec` does with parents) would load hundreds of vLLM
+    modules into processes that never use them. A module that exists but fails
+    to import is found here and recorded as that patch's failure at verify time.
+    """
     if name in sys.modules:
         return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError as exc:
-        # a missing parent is "not found"; a parent that exists but fails to import is broken,
-        # which verify() records as an `implementation`/`target` failure of that patch alone
-        return not (exc.name and (name == exc.name or name.startswith(exc.name + ".")))
-    except ValueError:
-        return False
-    except Exception:
-        return True
+    parts = name.split(".")
+    path = None
+    start = 0
+    for i in range(len(parts) - 1, 0, -1):
+        parent = sys.modules.get(".".join(parts[:i]))
+        if parent is not None:
+            path, start = getattr(parent, "__path__", None), i
+            if path is None:
+                return False
+            break
+    for i in range(start, len(parts)):
+        fullname = ".".join(parts[: i + 1])
+        try:
+            spec = (importlib.machinery.PathFinder.find_spec(fullname, path) if path is not None or i == 0
+                    else None)
+            if spec is None and i == 0:
+                spec = importlib.util.find_spec(fullname)  # top level: other finders (editable installs)
+        except (ImportError, ValueError):
+            return False
+        if spec is None:
+            return False
+        path = spec.submodule_search_locations
+        if path is None and i < len(parts) - 1:
+            return False
+    return True
 
 
 def installed_vllm_version() -> str:
