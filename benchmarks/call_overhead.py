@@ -93,12 +93,7 @@ def counted_closure(fn):
 
 
 class WraptCount:
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, wrapped, instance, args, kwargs):
-        self.calls += 1
-        return wrapped(*args, **kwargs)
+    calls = 0
 
 
 def wrapt_counted(owner, name: str) -> WraptCount:
@@ -144,7 +139,8 @@ def install_all(mod) -> dict[tuple[str, str], object]:
                 box = wrapt_counted(owner, name)
                 counters[shape, v] = lambda box=box: box.calls
             elif v.startswith("pk"):
-                a = pk_install(spec, count=(v != "pk wrap nocount"), impl_spec=f"{MODULE}:trivial" if v == "pk wrap impl" else None)
+                impl = f"{MODULE}:trivial" if v == "pk wrap impl" else None
+                a = pk_install(spec, count=(v != "pk wrap nocount"), impl_spec=impl)
                 counters[shape, v] = lambda a=a: a.counter.calls
     return counters
 

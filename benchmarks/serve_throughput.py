@@ -22,7 +22,7 @@ server process is left. Printed: each run, each pair's ratio with/without, and t
 median ratio. Also printed, as a second, steadier figure on a busy machine: the
 CPU time (utime+stime of the server's processes, /proc) per 1000 tokens; and the
 time to ready, with the key of vLLM's torch.compile cache each run used: a key
-that changes from run to run means vLLM compiles from scratch at every start
+that changes from run to run means every start misses vLLM's compile cache
 (the plugin's registered env vars enter that key; see benchmarks/README.md).
 """
 

@@ -1,8 +1,11 @@
 """Start-up cost of the plugin's entry point in one process, and what it imports.
 
-    python benchmarks/startup.py [--runs 5] [--roles frontend,engine_core,worker] [--all-modules]
+    python benchmarks/startup.py [--runs 5] [--roles frontend,engine_core,...] [--all-modules] [--profile N]
 
-For each role, in fresh subprocesses (`--runs` per role, the roles interleaved):
+For each role (and baseline; see BASELINE below: `frontend+api_server` and
+`worker+cpu_worker` tell what the plugin adds from what it only imports earlier),
+after one warm-up process each, in fresh subprocesses (`--runs` per role, the
+roles interleaved; bytecode cached as in an installed wheel):
 1. import what vLLM has imported where it calls `load_general_plugins()` in that
    process (the baseline; see BASELINE below) and look the entry point up with
    `importlib.metadata`, as vLLM does;
@@ -17,8 +20,9 @@ Times are medians over the runs: load/register/total in wall-clock time, and
 inflates far less); the goal is judged on CPU time. One more run
 per role traces every new import to where it came from: the module whose code
 imported it, the innermost vllm_patchkit line on the stack, and the patch being
-handled there (when a `patch` is in scope). Goal (issue 4): <= 30 ms and no module
-vLLM would not have imported by then.
+handled there (when a `patch` is in scope); `--profile N` adds a cProfile top N.
+Goal (issue 4): <= 30 ms and no module vLLM would not have imported by then.
+Figures measured on the project's machine and their reading: benchmarks/README.md.
 """
 
 from __future__ import annotations

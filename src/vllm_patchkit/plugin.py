@@ -32,7 +32,7 @@ def register() -> None:
     role = detect_role()
     if role == "inspect":
         return  # vLLM's throw-away model-inspection subprocess: nothing of ours runs there
-    envs.register(KNOBS)
+    envs.register(KNOBS, constant=True)  # never part of vLLM's compile cache key
     loader = Loader.builtin(role=role, extra_patch_dirs=extra_patch_dirs())
     envs.register(ev for p in loader.patch_set.patches.values() for ev in p.env_vars)
     runtime.install(loader)

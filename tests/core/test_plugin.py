@@ -67,3 +67,28 @@ def test_counting_can_be_turned_off_globally(tmp_path, monkeypatch):
         assert loader.records["kv"].state == "applied" and loader.records["kv"].calls == 0
     finally:
         loader.unpatch()
+
+
+COMPILE_KEY = r"""
+import os, sys
+os.environ["VLLM_PATCHKIT_RUN_ID"] = sys.argv[1]
+os.environ["VLLM_PATCHKIT_STATUS_DIR"] = sys.argv[2]
+import vllm.envs as venvs
+from vllm_patchkit import envs
+from vllm_patchkit.knobs import KNOBS
+envs.register(KNOBS, constant=True)
+print("FACTORS", sorted((k, repr(v)) for k, v in venvs.compile_factors().items() if "PATCHKIT" in k))
+"""
+
+
+def test_framework_knobs_never_change_vllms_compile_cache_key(tmp_path):
+    """Regression: registering VLLM_PATCHKIT_RUN_ID with its real value put a value that is new for
+    every server start into vLLM's torch.compile cache key, so every start recompiled the model."""
+    outs = []
+    for run_id, status in (("run-a", "/tmp/a"), ("run-b", "/tmp/b")):
+        out = subprocess.run([sys.executable, "-c", COMPILE_KEY, run_id, status], capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        outs.append(out.stdout.split("FACTORS ", 1)[1].splitlines()[0])
+    assert outs[0] == outs[1]
+    assert "VLLM_PATCHKIT_RUN_ID" in outs[0]  # registered (vLLM knows it), but constant
