@@ -39,6 +39,13 @@ def _counted_passthrough(original: Callable, counter: Counter) -> Callable:
     return patched
 
 
+def _passthrough(original: Callable) -> Callable:
+    def patched(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    return patched
+
+
 def _counted_wrap(original: Callable, impl: Callable, counter: Counter) -> Callable:
     def patched(*args, **kwargs):
         counter.calls += 1
@@ -57,11 +64,10 @@ def _uncounted_wrap(original: Callable, impl: Callable) -> Callable:
 def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], counter: Counter, count: bool) -> Callable:
     """The function that will stand at the target."""
     if patch.kind is Kind.replace:
-        fn = _counted_passthrough(impl, counter) if count else impl
-        if fn is impl:  # mark a private layer, never the implementation object itself
-            fn = _counted_passthrough(impl, Counter())
+        # a private layer even uncounted: the mark must never land on the implementation object itself
+        fn = _counted_passthrough(impl, counter) if count else _passthrough(impl)
     elif impl is None:
-        fn = _counted_passthrough(original, counter) if count else _counted_passthrough(original, Counter())
+        fn = _counted_passthrough(original, counter) if count else _passthrough(original)
     else:
         fn = _counted_wrap(original, impl, counter) if count else _uncounted_wrap(original, impl)
     functools.update_wrapper(fn, original)
