@@ -85,7 +85,7 @@ def test_framework_knobs_never_change_vllms_compile_cache_key(tmp_path):
     """Regression: registering VLLM_PATCHKIT_RUN_ID with its real value put a value that is new for
     every server start into vLLM's torch.compile cache key, so every start recompiled the model."""
     outs = []
-    for run_id, status in (("run-a", "/tmp/a"), ("run-b", "/tmp/b")):
+    for run_id, status in (("run-a", str(tmp_path / "a")), ("run-b", str(tmp_path / "b"))):
         out = subprocess.run([sys.executable, "-c", COMPILE_KEY, run_id, status], capture_output=True, text=True,
                              timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
