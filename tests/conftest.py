@@ -80,3 +80,18 @@ def standin_registered():
     ModelRegistry.register_model("DeepseekV4ForCausalLM", STANDIN)
     yield
     ModelRegistry.models["DeepseekV4ForCausalLM"] = saved
+
+
+def process_loader(role, cfg=None, **kw):
+    """The shipped patch set as the plugin entry point loads it in a process of `role`:
+    installed as the process's loader, import stage run, and the config stage too when
+    a VllmConfig is given. The caller unpatches (`loader.unpatch()`; `runtime.reset()`)."""
+    from vllm_patchkit import runtime
+    from vllm_patchkit.loader import Loader
+
+    loader = Loader.builtin(role=role, **kw)
+    runtime.install(loader)
+    loader.run_import_stage()
+    if cfg is not None:
+        loader.run_config_stage(cfg)
+    return loader

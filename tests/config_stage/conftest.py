@@ -6,9 +6,10 @@ import os
 
 import pytest
 
+from tests.conftest import process_loader
+
 from vllm_patchkit import runtime
 from vllm_patchkit.demo.tiny_model import build_tiny_model
-from vllm_patchkit.loader import Loader
 
 STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
 
@@ -25,9 +26,7 @@ def checkpoints(tmp_path_factory):
 def frontend(monkeypatch):
     """The shipped patch set, loaded as the front end's plugin entry point would; undone after."""
     monkeypatch.delenv("VLLM_USE_BREAKABLE_CUDAGRAPH", raising=False)
-    loader = Loader.builtin(role="frontend")
-    runtime.install(loader)
-    loader.run_import_stage()
+    loader = process_loader("frontend")
     yield loader
     loader.unpatch()
     runtime.reset()

@@ -34,9 +34,10 @@ import socket
 import numpy as np
 import pytest
 
+from tests.conftest import process_loader
+
 from vllm_patchkit import runtime
 from vllm_patchkit.demo.tiny_model import build_tiny_model
-from vllm_patchkit.loader import Loader
 from vllm_patchkit.status import load_run
 
 ARCH = "DeepseekV4ForCausalLM"
@@ -172,11 +173,7 @@ def counts(loader):
 
 # -- the patch applied by the framework ----------------------------------------------------------
 def _worker_loader(tmp_path, cfg):
-    loader = Loader.builtin(role="worker", status_dir=tmp_path / "status")
-    runtime.install(loader)
-    loader.run_import_stage()
-    loader.run_config_stage(cfg)
-    return loader
+    return process_loader("worker", cfg, status_dir=tmp_path / "status")
 
 
 @pytest.fixture

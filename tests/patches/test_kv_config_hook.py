@@ -17,6 +17,8 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
+
+from tests.conftest import process_loader
 import torch
 import yaml
 
@@ -409,11 +411,7 @@ def test_yaml_declares_what_the_code_reads():
 
 @pytest.fixture
 def engine_core_loader():
-    from vllm_patchkit.loader import Loader
-
-    loader = Loader.builtin(role="engine_core")
-    runtime.install(loader)
-    loader.run_import_stage()
+    loader = process_loader("engine_core")
     yield loader
     loader.unpatch()
     runtime.reset()

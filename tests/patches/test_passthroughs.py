@@ -29,6 +29,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import process_loader
 import torch
 import yaml
 
@@ -54,12 +56,7 @@ def llama_config(tmp_path_factory):
 
 
 def _loader(tmp_path, role, cfg=None):
-    loader = Loader.builtin(role=role, status_dir=tmp_path / "status")
-    runtime.install(loader)
-    loader.run_import_stage()
-    if cfg is not None:
-        loader.run_config_stage(cfg)
-    return loader
+    return process_loader(role, cfg, status_dir=tmp_path / "status")
 
 
 @pytest.fixture
