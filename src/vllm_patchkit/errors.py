@@ -35,8 +35,18 @@ class RequiredPatchFailed(PatchkitError, RuntimeError):
             f"vllm-patchkit: required patch {record.patch} {record.state}"
             f" (target {record.target or '-'}): {record.reason}; expected {record.expected!r}, found {record.found!r}."
             " vLLM start-up stopped; `vllm-patchkit status` shows every patch of this process."
+            + (f" {record.detail['remedy']}" if isinstance(getattr(record, "detail", None), dict)
+               and record.detail.get("remedy") else "")
         )
 
 
 class Refusal(PatchkitError, ValueError):
     """A `refuse` patch's condition holds: this configuration must not start."""
+
+
+class RequiredPatchUnavailable(PatchkitError, RuntimeError):
+    """A required patch is needed by this model but this release offers no way to apply it."""
+
+    def __init__(self, record, message: str):
+        self.record = record
+        super().__init__(message)

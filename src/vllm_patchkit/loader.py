@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from . import manifest as manifests_mod
+from .availability import Unavailable, allowed_unpatched, refusal_message, remedies, unavailable
 from .apply import Applied, install, set_env_default
 from .declare import PatchSet, builtin_manifest_dir, builtin_patch_dirs, load_patch_set
-from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
-from .preconditions import Facts, config_facts, current_platform_name, unmet_at_config, unmet_at_import
+from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed, RequiredPatchUnavailable
+from .preconditions import (Facts, config_facts, current_platform_name, held, unmet_at_config, unmet_at_import,
+                            version_matches)
 from .record import (
     APPLIED,
     FAILED,
@@ -109,6 +111,8 @@ class Loader:
         self.write_records = write_records
         self.applied: dict[str, Applied] = {}
         self.detail_hooks: list = []  # callables(records) that copy a patch's own counters into its detail
+        self.manifests = manifests
+        self.unavailable: dict[str, Unavailable] = {}  # patch id -> why this release offers no entry
         self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
         self.process = ProcessRecord(
             run_id=run_id(),
@@ -119,6 +123,7 @@ class Loader:
             manifest=Path(self.loaded.path).name if self.loaded else None,
             started=time.time(),
             notes=[self.manifest_note],
+            warnings=[] if self.manifest_note.startswith("manifest ") else [self.manifest_note],
         )
         self.records: dict[str, PatchRecord] = {}
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
@@ -135,27 +140,33 @@ class Loader:
 
     # -- plan ---------------------------------------------------------------
     def _plan(self) -> list[tuple[Patch, Optional[ManifestEntry], str]]:
-        """Choose the version of each patch the manifest lists; order by `requires`."""
+        """Choose the version of each patch the manifest lists; order by `requires`.
+
+        A patch the manifest does not offer stays pending, with the reason kept in
+        `self.unavailable`: whether that matters is decided at its stage, once it is
+        known whether this process and this model need it. An observing core hook
+        (`observer: true`) is taken unpinned instead, so that stage can run at all.
+        """
         m = self.loaded.manifest if self.loaded else None
         chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
         listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
-        not_applicable = {n.patch: n.reason for n in (m.not_applicable if m else [])}
+        marked_na = {n.patch for n in (m.not_applicable if m else [])}
         for pid in sorted({p.id for p in self.patch_set.patches.values()}):
             versions = sorted(self.patch_set.by_id(pid), key=lambda p: p.version)
+            fitting = [p for p in versions if version_matches(p.when, self.vllm_version)]
             entry = listed.get(pid)
-            patch = self.patch_set.patches[entry.patch] if entry else versions[-1]
+            patch = self.patch_set.patches[entry.patch] if entry else (fitting or versions)[-1]
             chosen[pid] = (patch, entry)
             rec = PatchRecord(patch.key, patch.kind.value, patch.required, patch.stage, patch.target,
                               expected_calls=patch.expected_calls.value)
             self.records[pid] = rec
             if entry is None:
-                if pid in not_applicable:
-                    rec.set(SKIPPED, "not_applicable", f"not applicable on vLLM {self.vllm_version}: {not_applicable[pid]}")
-                elif m is None:
-                    rec.set(SKIPPED, "manifest", self.manifest_note)
+                why = unavailable(pid, m, self.loaded.path if self.loaded else None, self.manifest_note,
+                                  self.vllm_version)
+                if patch.observer and pid not in marked_na:
+                    rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
                 else:
-                    rec.set(SKIPPED, "manifest", f"not listed in {Path(self.loaded.path).name}",
-                            "listed in the manifest", "absent")
+                    self.unavailable[pid] = why
         graph = {pid: set(p.requires) & chosen.keys() for pid, (p, _) in chosen.items()}
         order = list(graphlib.TopologicalSorter(graph).static_order())
         stage_of: dict[str, str] = {}
@@ -174,7 +185,7 @@ class Loader:
         """Every module a listed patch names must exist, before anything is applied."""
         errors = []
         for patch, entry, _ in self.plan:
-            if entry is None:
+            if entry is None and patch.id in self.unavailable:
                 continue
             named = [("target", patch.target), ("implementation", patch.implementation)]
             named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
@@ -198,6 +209,7 @@ class Loader:
         cfg = config_facts(vllm_config)
         cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))
         self.process.config = cfg
+        self._preflight(cfg)
         self._run_stage("config", cfg)
         if os.environ.get("VLLM_PATCHKIT_SHADOW_CHECK", "1") != "0":
             self._report_shadowed(cfg["classes"])
@@ -214,15 +226,44 @@ class Loader:
                 log.warning("vllm-patchkit: %s is shadowed: %s overrides %s without calling it; the patch can never run",
                             rec.patch, by, rec.target)
 
+    def _preflight(self, cfg: dict) -> None:
+        """Refuse here, early, when another process will need a required patch this release cannot give.
+
+        The front end knows the release, the manifest and the architecture before it
+        starts EngineCore; a worker failing later costs a model load and reads worse.
+        Only a refusal leaves a row here: other processes' patches stay `process` skips.
+        """
+        for patch, _, _ in self.plan:
+            why = self.unavailable.get(patch.id)
+            if why is None or not patch.required or patch.kind is Kind.refuse or self.role in patch.processes:
+                continue
+            if allowed_unpatched(patch.id):
+                continue
+            if unmet_at_import(patch.when, self.facts) is not None or unmet_at_config(patch.when, cfg) is not None:
+                continue
+            owners = ", ".join(p.value for p in patch.processes)
+            self._refuse_unavailable(patch, why, f"the {owners} process(es) will need it: {held(patch.when, cfg)}")
+
+    def _refuse_unavailable(self, patch: Patch, why: Unavailable, why_needed: str):
+        rec = self.records[patch.id]
+        remedy = remedies(patch.id, self.vllm_version, self.manifests)
+        message = refusal_message(patch.key, self.vllm_version, why_needed, why.reason, remedy)
+        rec.set(REFUSED, "unavailable", message, "an entry in the manifest for this release", why.code)
+        rec.detail["remedy"] = remedy
+        self.process.error = message
+        log.error("%s", message)
+        self.flush()
+        raise RequiredPatchUnavailable(rec, message)
+
+    def _warn(self, rec: PatchRecord, message: str) -> None:
+        rec.warning = message
+        log.warning("vllm-patchkit: %s", message)
+
     def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]):
+        """Is it needed here (process, preconditions)? Then: can it be applied (requires, manifest, verify)?"""
         rec = self.records[patch.id]
         if self.role not in [p.value for p in patch.processes]:
             return rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], self.role)
-        for dep in patch.requires:
-            drec = self.records[dep]
-            if drec.state != APPLIED and drec.detail.get("decided") != "apply":
-                return rec.set(SKIPPED, "requires", f"requires {dep}, which is {drec.state}" +
-                               (f" ({drec.code})" if drec.code else ""), f"{dep} applied", drec.state)
         unmet = unmet_at_import(patch.when, self.facts)
         if unmet is None and stage == "config":
             unmet = unmet_at_config(patch.when, cfg or {})
@@ -231,14 +272,47 @@ class Loader:
                 return rec.set(SKIPPED, "precondition", f"refusal condition does not hold: {unmet}",
                                unmet.expected, unmet.actual)
             return rec.set(SKIPPED, "precondition", str(unmet), unmet.expected, unmet.actual)
+        # needed here from this point on
+        for dep in patch.requires:
+            drec = self.records[dep]
+            if drec.state != APPLIED and drec.detail.get("decided") != "apply":
+                reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
+                if patch.required:  # needed and required: a missing dependency must not read as a skip
+                    return rec.set(FAILED, "requires", reason, f"{dep} applied", drec.state)
+                rec.set(SKIPPED, "requires", reason, f"{dep} applied", drec.state)
+                self._warn(rec, f"optional patch {patch.key} is needed here but {reason}")
+                return rec
+        why = self.unavailable.get(patch.id)
+        if why is not None:
+            if patch.kind is Kind.refuse:  # its condition holds: refuse, even with no pin to check
+                rec.detail["decided"] = "apply"
+                return Verified()
+            if not patch.required:
+                rec.set(SKIPPED, "unavailable", f"needed here but {why.reason}", "an entry in the manifest", why.code)
+                self._warn(rec, f"optional patch {patch.key} is needed here but cannot be applied on vLLM "
+                                f"{self.vllm_version}: {why.reason}")
+                return rec
+            if allowed_unpatched(patch.id):
+                rec.set(SKIPPED, "unpatched_allowed", f"needed here but {why.reason}; served without it because "
+                        f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it", "an entry in the manifest", why.code)
+                self._warn(rec, f"REQUIRED patch {patch.key} is needed here but cannot be applied on vLLM "
+                                f"{self.vllm_version} ({why.reason}); serving WITHOUT it because "
+                                "VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
+                return rec
+            rec.detail["unavailable"] = why
+            return rec
         result = verify(patch, entry)
         if isinstance(result, Finding):
-            return rec.set(FAILED, result.code, result.reason, result.expected, result.found)
+            rec.set(FAILED, result.code, result.reason, result.expected, result.found)
+            if patch.required:
+                rec.detail["remedy"] = remedies(patch.id, self.vllm_version, self.manifests)
+            return rec
         rec.detail["decided"] = "apply"
         return result
 
     def _run_stage(self, stage: str, cfg: Optional[dict]) -> None:
         decisions: list[tuple[Patch, Verified]] = []
+        refusals: list[tuple[Patch, Unavailable, str]] = []
         for patch, entry, pstage in self.plan:
             rec = self.records[patch.id]
             if pstage != stage or rec.state != PENDING:
@@ -246,10 +320,16 @@ class Loader:
             outcome = self._decide(patch, entry, stage, cfg)
             if isinstance(outcome, Verified):
                 decisions.append((patch, outcome))
+            elif "unavailable" in rec.detail:
+                refusals.append((patch, rec.detail.pop("unavailable"), "its process and preconditions hold here: "
+                                 + held(patch.when, cfg or {})))
+        for patch, why, because in refusals:
+            self._refuse_unavailable(patch, why, because)
         for patch, v in decisions:
             if patch.kind is Kind.refuse:
                 rec = self.records[patch.id].set(REFUSED, "refused", patch.message)
                 rec.detail.pop("decided", None)
+                self.process.error = f"vllm-patchkit: {patch.key}: {patch.message}"
                 self.flush()
                 raise Refusal(f"vllm-patchkit: {patch.key}: {patch.message}")
         self._fail_closed()
@@ -303,19 +383,21 @@ class Loader:
     def _fail_closed(self) -> None:
         bad = [r for r in self.records.values() if r.required and r.state == FAILED]
         for r in self.records.values():
-            if r.state == FAILED and not r.required and not r.detail.get("warned"):
-                r.detail["warned"] = True
-                log.warning("vllm-patchkit: optional patch %s failed (%s): %s; expected %s, found %s",
-                            r.patch, r.code, r.reason, r.expected, r.found)
+            if r.state == FAILED and not r.required and r.warning is None:
+                self._warn(r, f"optional patch {r.patch} failed ({r.code}): {r.reason}; "
+                              f"expected {r.expected}, found {r.found}")
         if bad:
+            exc = RequiredPatchFailed(bad[0])
+            self.process.error = str(exc)
             self.flush()
-            raise RequiredPatchFailed(bad[0])
+            raise exc
 
     # -- record -------------------------------------------------------------
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in (APPLIED, SKIPPED, FAILED, REFUSED, PENDING)}
         for r in self.records.values():
             out[r.state] += 1
+        out["warnings"] = sum(1 for r in self.records.values() if r.warning)
         return out
 
     def sync_calls(self) -> int:
@@ -356,9 +438,11 @@ class Loader:
         c = self.counts()
         failed = [r.patch for r in self.records.values() if r.state in (FAILED, REFUSED)]
         log.info(
-            "vllm-patchkit: role=%s pid=%d stage=%s manifest=%s applied=%d skipped=%d failed=%d refused=%d pending=%d%s",
+            "vllm-patchkit: role=%s pid=%d stage=%s manifest=%s applied=%d skipped=%d failed=%d refused=%d pending=%d "
+            "warnings=%d%s%s",
             self.role, os.getpid(), stage, self.process.manifest, c[APPLIED], c[SKIPPED], c[FAILED], c[REFUSED],
-            c[PENDING], f" failed_ids={','.join(failed)}" if failed else "",
+            c[PENDING], c["warnings"], f" failed_ids={','.join(failed)}" if failed else "",
+            f" warned_ids={','.join(r.patch for r in self.records.values() if r.warning)}" if c["warnings"] else "",
         )
 
     # -- undo ---------------------------------------------------------------

@@ -106,6 +106,7 @@ def select(manifests: dict[str, Loaded], vllm_version: str, policy: Optional[str
             note = f"no manifest for vLLM {vllm_version}; using nearest older {Path(best.path).name} ({POLICY_ENV}=nearest), fingerprints verified live"
             log.warning("vllm-patchkit: %s", note)
             return best, note
-    note = f"no manifest pins vLLM {vllm_version} (known: {known}); every patch skipped ({POLICY_ENV}={policy})"
+    note = (f"no manifest pins vLLM {vllm_version} (known: {known}); patches a model does not need are skipped, "
+            f"a required patch it needs refuses start-up ({POLICY_ENV}={policy})")
     log.warning("vllm-patchkit: %s", note)
     return None, note

@@ -8,20 +8,55 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from . import envs, runtime
 from .flush import Flusher
 from .knobs import KNOBS
+from .errors import DeclarationError, PatchkitError, PatchSetErrors
 from .loader import Loader
+from .record import ProcessRecord, default_status_dir, process_file, run_id, write_atomic
 from .process import detect_role
 
 log = logging.getLogger("vllm.patchkit")
 
 
+EXTRA_ENV = "VLLM_PATCHKIT_EXTRA_PATCHES"
+
+
 def extra_patch_dirs() -> list[Path]:
-    raw = os.environ.get("VLLM_PATCHKIT_EXTRA_PATCHES", "")
-    return [Path(p) for p in raw.split(os.pathsep) if p]
+    """Folders a plugin asked for; one that is missing or holds no patch is an error, never ignored."""
+    raw = os.environ.get(EXTRA_ENV, "")
+    dirs = [Path(p) for p in raw.split(os.pathsep) if p]
+    errors = []
+    for d in dirs:
+        if not d.is_dir():
+            errors.append(DeclarationError(EXTRA_ENV, str(d), "no such folder (expected a folder of patch YAML files)"))
+        elif not any(d.glob("*.yaml")):
+            errors.append(DeclarationError(EXTRA_ENV, str(d), "holds no patch (expected *.yaml patch files)"))
+    if errors:
+        raise PatchSetErrors(errors)
+    return dirs
+
+
+def _record_startup_error(role: str, exc: BaseException) -> None:
+    """A start-up that dies before a loader exists still leaves a record for `status` (exit 1)."""
+    rec = ProcessRecord(run_id=run_id(), role=role, pid=os.getpid(), ppid=os.getppid(), vllm_version=_vllm_version(),
+                        manifest=None, started=time.time(), updated=time.time(), error=f"{type(exc).__name__}: {exc}")
+    try:
+        write_atomic(process_file(default_status_dir(), rec), rec.to_json())
+    except (OSError, RuntimeError) as werr:
+        log.warning("vllm-patchkit: could not record the start-up error: %s", werr)
+
+
+def _vllm_version() -> str:
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:  # the record is about our error, not vLLM's
+        return "?"
 
 
 def register() -> None:
@@ -33,7 +68,12 @@ def register() -> None:
     if role == "inspect":
         return  # vLLM's throw-away model-inspection subprocess: nothing of ours runs there
     envs.register(KNOBS, constant=True)  # never part of vLLM's compile cache key
-    loader = Loader.builtin(role=role, extra_patch_dirs=extra_patch_dirs())
+    try:
+        loader = Loader.builtin(role=role, extra_patch_dirs=extra_patch_dirs())
+    except PatchkitError as exc:
+        _record_startup_error(role, exc)
+        log.error("vllm-patchkit: start-up stopped in %s (pid %d): %s", role, os.getpid(), exc)
+        raise
     envs.register(ev for p in loader.patch_set.patches.values() for ev in p.env_vars)
     runtime.install(loader)
     Flusher(loader).start()

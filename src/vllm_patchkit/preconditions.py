@@ -101,6 +101,28 @@ def served_ok(want: str, module: Optional[str]) -> bool:
     return module == want or module.startswith(want.rstrip(".") + ".")
 
 
+def version_matches(when: When, vllm_version: str) -> bool:
+    """Whether a patch version's `when.vllm` admits this release (no range: every release)."""
+    return when.vllm is None or Version(vllm_version) in SpecifierSet(when.vllm, prereleases=True)
+
+
+def held(when: When, config: dict) -> str:
+    """The declared config-time preconditions with the values that satisfied them (for messages)."""
+    parts = []
+    archs = [a for a in config.get("architectures") or [] if when.architectures is None or a in when.architectures]
+    if when.architectures is not None:
+        parts.append(f"architecture {', '.join(archs)}")
+    if when.served_by is not None:
+        served = config.get("served_by") or {}
+        parts.append(f"served by {', '.join(str(served.get(a)) for a in archs)} ({when.served_by})")
+    for name in ("runner", "prefix_caching", "speculative", "cudagraph_mode"):
+        if getattr(when, name) is not None:
+            parts.append(f"{name} {config.get(name)}")
+    for name, want in (when.env or {}).items():
+        parts.append(f"{name}={want}")
+    return "; ".join(parts) or "it has no preconditions"
+
+
 def unmet_at_import(when: When, facts: Facts) -> Optional[Unmet]:
     if when.vllm is not None and Version(facts.vllm_version) not in SpecifierSet(when.vllm, prereleases=True):
         return Unmet("vllm", when.vllm, facts.vllm_version)

@@ -41,6 +41,7 @@ class PatchRecord:
     expected_calls: str = "never_counted"
     calls: int = 0
     detail: dict = field(default_factory=dict)
+    warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, optional failed)
     at: float = 0.0
 
     def set(self, state: str, code: Optional[str] = None, reason: str = "", expected: Any = None, found: Any = None):
@@ -64,6 +65,8 @@ class ProcessRecord:
     exited: bool = False  # True once the last flush ran at interpreter exit
     patches: list[PatchRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # process-level: no manifest pins this release, nearest used
+    error: Optional[str] = None  # why start-up stopped in this process (declaration error, refusal, required failure)
 
     def to_json(self) -> dict:
         return asdict(self)

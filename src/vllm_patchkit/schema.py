@@ -170,6 +170,11 @@ class Patch(Strict):
     counts_steps: bool = Field(
         default=False, description="this patch's calls are the process's engine/worker step count (core patches)"
     )
+    observer: bool = Field(
+        default=False,
+        description="a pure counted forwarder the framework needs to learn what a model needs (config-ready points, "
+                    "step counters): applied unpinned, and marked so, where no manifest entry exists but its target does",
+    )
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":
@@ -193,6 +198,9 @@ class Patch(Strict):
             raise ValueError("'copies' only make sense for wrap/replace")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
+        if self.observer and (k is not Kind.wrap or self.when.needs_config() or self.when.vllm is not None):
+            raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
+                             "(it runs before anything about the model is known)")
         return self
 
     @property

@@ -98,6 +98,9 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
         steps = proc.get("steps")
         if steps is None:
             steps = run_steps
+        rows_say_it = any(r.get("required") and r.get("state") in ("failed", "refused") for r in proc.get("patches", []))
+        if proc.get("error") and not rows_say_it:
+            problems.append(f"start-up stopped in {proc.get('role')} (pid {proc.get('pid')}): {proc['error']}")
         for rec in proc.get("patches", []):
             where = f"{rec['patch']} in {proc['role']} (pid {proc['pid']})"
             if rec.get("required") and rec.get("state") in ("failed", "refused"):
@@ -110,6 +113,22 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     return (BAD if problems else OK), problems
 
 
+def warnings_of(run: Optional[Run]) -> list[str]:
+    """What an operator must see but that does not fail the run: needed optional patches not
+    applied, required ones served without by explicit permission, no exact manifest."""
+    if run is None:
+        return []
+    out = list(run.warnings)
+    for proc in run.processes:
+        for w in proc.get("warnings") or []:
+            if w not in out:
+                out.append(w)
+        for rec in proc.get("patches", []):
+            if rec.get("warning"):
+                out.append(f"{rec['patch']} in {proc.get('role')} (pid {proc.get('pid')}): {rec['warning']}")
+    return out
+
+
 def to_json(run: Optional[Run], min_steps: int = 8) -> str:
     code, problems = assess(run, min_steps)
     return json.dumps(
@@ -117,7 +136,7 @@ def to_json(run: Optional[Run], min_steps: int = 8) -> str:
             "run_id": run.run_id if run else None,
             "exit_code": code,
             "problems": problems,
-            "warnings": run.warnings if run else [],
+            "warnings": warnings_of(run),
             "processes": run.processes if run else [],
         },
         indent=1,
@@ -152,9 +171,14 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 state = "applied, INERT"
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
                 state += ", SHADOWED"
+            if rec.get("warning"):
+                state += ", WARNING"
             reason = rec.get("reason") or ""
+            if rec.get("state") in ("failed", "refused") and rec.get("code") != "refused" and \
+                    (rec.get("expected") is not None or rec.get("found") is not None):
+                reason += f" [expected: {rec.get('expected')}; found: {rec.get('found')}]"
             detail = rec.get("detail") or {}
-            extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided"))
+            extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided", "remedy"))
             for f in rec.get("findings") or []:
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
             counted = rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied"
@@ -169,9 +193,13 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             counts[rec.get("state", "?")] = counts.get(rec.get("state", "?"), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     hidden = "" if show_skipped else " (patches skipped as not for a process are hidden; --all shows them)"
-    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}{hidden}")
+    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}"
+                  f"{f' with {len(warnings_of(run))} warning(s)' if warnings_of(run) else ''}{hidden}")
+    for proc in run.processes:
+        if proc.get("error"):
+            console.print(f"start-up stopped in {proc.get('role')} (pid {proc.get('pid')}):\n  {proc['error']}")
     for p in problems:
         console.print(f"  problem: {p}")
-    for w in run.warnings:
+    for w in warnings_of(run):
         console.print(f"  warning: {w}")
     return console.export_text()

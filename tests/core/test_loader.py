@@ -202,7 +202,9 @@ def test_other_process_and_unlisted_patch_are_skipped_with_reason(tmp_path, modu
     docs = {"kv": kv_patch(), "pi": patch_doc(id="pi", kind="wrap", target=POST_INIT, processes=["worker"])}
     loader = make_loader(tmp_path, docs, [pinned_entry("pi@1", POST_INIT)])
     loader.run_import_stage()
-    assert (loader.records["kv"].state, loader.records["kv"].code) == ("skipped", "manifest")
+    kv = loader.records["kv"]  # needed here (no preconditions) but not listed: an optional one warns
+    assert (kv.state, kv.code, kv.found) == ("skipped", "unavailable", "not_listed")
+    assert kv.warning == "optional patch kv@1 is needed here but cannot be applied on vLLM 0.31.0: not listed in vllm-0.31.0.yaml"
     pi = loader.records["pi"]
     assert (pi.state, pi.code, pi.expected, pi.found) == ("skipped", "process", ["worker"], "frontend")
 
@@ -231,11 +233,13 @@ def test_records_written_atomically_per_process(tmp_path, modules):
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
 
 
-def test_no_manifest_for_release_skips_everything_by_default(tmp_path, modules):
+def test_no_manifest_for_release_skips_needed_optional_patch_with_a_warning(tmp_path, modules):
     loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.40.0")
     loader.run_import_stage()
     rec = loader.records["kv"]
-    assert (rec.state, rec.code) == ("skipped", "manifest") and "no manifest pins vLLM 0.40.0" in rec.reason
+    assert (rec.state, rec.code, rec.found) == ("skipped", "unavailable", "no_manifest")
+    assert "no manifest pins vLLM 0.40.0" in rec.reason and rec.warning
+    assert loader.process.warnings and "no manifest pins vLLM 0.40.0" in loader.process.warnings[0]
 
 
 def test_no_manifest_policy_nearest_and_error(tmp_path, modules):
