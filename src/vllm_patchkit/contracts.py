@@ -677,8 +677,24 @@ def add_release_args(p) -> None:
 
 
 def patch_set_and_manifest_dir(args) -> tuple[PatchSet, Path]:
+    """The patch set and manifest folder the command works on; a folder the user names must exist
+    (a typo must not read as "nothing there"), and each `--patch-dir` must hold at least one patch
+    (else the command would report on nothing)."""
     from .declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+    from .errors import PatchkitError
 
+    def _given_folder(option: str, path: Path, expected: str) -> None:
+        if not path.exists():
+            raise PatchkitError(f"{option} {path}: no such folder (expected {expected})")
+        if not path.is_dir():
+            raise PatchkitError(f"{option} {path}: not a folder (expected {expected})")
+
+    for d in args.patch_dir or []:
+        _given_folder("--patch-dir", d, "a folder of patch files, *.yaml")
+        if not any(d.glob("*.yaml")):
+            raise PatchkitError(f"--patch-dir {d}: holds no patch (*.yaml with an id)")
+    if args.manifest_dir is not None:
+        _given_folder("--manifest-dir", args.manifest_dir, "a folder of manifests, vllm-VERSION.yaml")
     return load_patch_set(args.patch_dir or builtin_patch_dirs()), args.manifest_dir or builtin_manifest_dir()
 
 

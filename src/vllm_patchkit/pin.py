@@ -15,6 +15,13 @@ manifest that lists it: same fingerprints → listed at that version; different 
 marked `not_applicable` with the breakage as the reason (the patch's owner adds
 a version that fits and lists it by hand). A patch no manifest lists yet is
 pinned at its newest version, or marked not applicable if its target is missing.
+
+A required patch (`required: true` in the version compared or in its newest
+version) is never marked not applicable by pin on its own: the breakages are an
+error (`RequiredPatchesDoNotFit`, exit 1, nothing written) until its owner adds a
+version that fits, or a person records the decision with
+`--not-applicable ID='reason'` (written as "by hand: reason"; optional patches
+too). Entries carried over from the existing manifest stay as they are.
 """
 
 from __future__ import annotations
@@ -47,6 +54,46 @@ from .static import Missing
 HEADER = "# yaml-language-server: $schema=../src/vllm_patchkit/schema/manifest.schema.json\n"
 
 
+BY_HAND = "by hand: "
+
+
+class RequiredPatchesDoNotFit(PatchkitError):
+    """Required patches whose targets are missing or changed on the release being pinned (exit 1)."""
+
+    def __init__(self, version: str, broken: list[tuple[str, str, str, list[str]]]):
+        self.version = version
+        self.broken = broken  # (patch id, id@version compared, compared with what, what broke)
+        lines = [f"cannot pin vLLM {version}: {len(broken)} required patch(es) do not fit it; nothing written"]
+        lines += self.blocks(version, broken)
+        super().__init__("\n".join(lines))
+
+    @staticmethod
+    def blocks(version: str, broken: list[tuple[str, str, str, list[str]]]) -> list[str]:
+        lines = []
+        for pid, key, against, explanations in broken:
+            lines.append(f"  - {key} (required) does not fit vLLM {version} ({against}):")
+            lines += [f"      {e}" for e in explanations]
+            lines.append(f"    remedy: add a new version of the patch that fits vLLM {version}, "
+                         f"or record it as not applicable with --not-applicable {pid}='reason'")
+        return lines
+
+
+def parse_not_applicable(values: Optional[list[str]]) -> dict[str, str]:
+    """`--not-applicable ID=REASON` options -> {id: reason}; malformed or empty ones are errors naming them."""
+    out: dict[str, str] = {}
+    for v in values or []:
+        pid, eq, reason = v.partition("=")
+        pid, reason = pid.strip(), reason.strip()
+        if not eq or not pid:
+            raise PatchkitError(f"--not-applicable {v!r}: expected ID=REASON (a patch id and why it does not apply)")
+        if not reason:
+            raise PatchkitError(f"--not-applicable {pid}: empty reason (say why {pid} does not apply: ID=REASON)")
+        if pid in out:
+            raise PatchkitError(f"--not-applicable {pid}: given twice")
+        out[pid] = reason
+    return out
+
+
 @dataclass
 class Pinned:
     manifest: Manifest
@@ -61,11 +108,21 @@ def _dump_fingerprint(f: Fingerprint) -> dict:
 
 
 def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
-                generated_by: str) -> Pinned:
-    """The manifest for `release` (see the module docstring for what is kept and decided)."""
+                generated_by: str, not_applicable_by_hand: Optional[dict[str, str]] = None) -> Pinned:
+    """The manifest for `release` (see the module docstring for what is kept and decided).
+
+    `not_applicable_by_hand`: {patch id: reason} a person decided (`--not-applicable`); raises
+    `RequiredPatchesDoNotFit` when a required patch would otherwise be marked not applicable.
+    """
     version = release.version()
     if version is None:
         raise ReleaseError(f"cannot tell the version of {release.label}")
+    by_hand = dict(not_applicable_by_hand or {})
+    known = sorted({p.id for p in patch_set.patches.values()})
+    unknown = [pid for pid in by_hand if pid not in known]
+    if unknown:
+        raise PatchkitError(f"--not-applicable {', '.join(unknown)}: no such patch id in the patch set "
+                            f"(known: {', '.join(known) or 'none'})")
     own_key = exact(manifests, version)
     own = manifests.get(own_key) if own_key else None
     kept_na = {n.patch: n for n in (own.not_applicable if own else [])}
@@ -74,8 +131,19 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
     not_applicable: list[NotApplicable] = []
     notes: list[str] = []
     errors: list[str] = []
-    for pid in sorted({p.id for p in patch_set.patches.values()}):
+    required_broken: list[tuple[str, str, str, list[str]]] = []
+    for pid in known:
         newest = max(patch_set.by_id(pid), key=lambda p: p.version)
+        if pid in by_hand:
+            reason = by_hand[pid] if by_hand[pid].startswith(BY_HAND) else BY_HAND + by_hand[pid]
+            not_applicable.append(NotApplicable(patch=pid, reason=reason))
+            if pid in chosen:
+                notes.append(f"{pid}: was listed at {chosen[pid].patch}; now marked not applicable by hand")
+            elif pid in kept_na and kept_na[pid].reason != reason:
+                notes.append(f"{pid}: not applicable reason replaced (was: {kept_na[pid].reason})")
+            else:
+                notes.append(f"{pid}: marked not applicable by hand")
+            continue
         if pid in kept_na:
             not_applicable.append(kept_na[pid])
             continue
@@ -100,6 +168,13 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
         if base is not None:
             patch = patch_set.patches[base.entry.patch]
             found, breakages = examine(release, patch, dict(base.entry.targets))
+            if breakages and (patch.required or newest.required):
+                why = [b.explain() for b in breakages]
+                if newest.version != patch.version:
+                    why.append(f"note: {newest.key} exists: if it fits, list it by hand (targets: {{}}) in the "
+                               f"manifest for vLLM {version} and re-run pin to choose it")
+                required_broken.append((pid, patch.key, f"compared with its pins of vLLM {base.vllm}", why))
+                continue
             if breakages:
                 reason = "; ".join(b.explain() for b in breakages)
                 not_applicable.append(NotApplicable(
@@ -113,6 +188,10 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
             entries.append(ManifestEntry(patch=patch.key, targets=found))
             continue
         found, breakages = examine(release, newest, None)
+        if breakages and newest.required:
+            required_broken.append((pid, newest.key, "new patch, no earlier pin",
+                                    [b.explain() for b in breakages]))
+            continue
         if breakages:
             reason = "; ".join(b.explain() for b in breakages)
             not_applicable.append(NotApplicable(patch=pid, reason=f"{newest.key} on vLLM {version}: {reason}"))
@@ -121,7 +200,10 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
         notes.append(f"{pid}: new in this manifest at {newest.key}")
         entries.append(ManifestEntry(patch=newest.key, targets=found))
     if errors:
-        raise PatchkitError("cannot pin:\n" + "\n".join(f"  - {e}" for e in errors))
+        lines = [f"  - {e}" for e in errors] + RequiredPatchesDoNotFit.blocks(version, required_broken)
+        raise PatchkitError("cannot pin:\n" + "\n".join(lines))
+    if required_broken:
+        raise RequiredPatchesDoNotFit(version, required_broken)
     m = Manifest(vllm=version, generated_by=generated_by, patches=entries, not_applicable=not_applicable)
     return Pinned(m, notes)
 
@@ -154,9 +236,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
     try:
         ps, mdir = patch_set_and_manifest_dir(args)
         manifests, _ = read_manifests(mdir, ps, strict=False)
+        by_hand = parse_not_applicable(args.not_applicable)
         release = open_release(args.vllm, args.source)
-        pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source))
+        pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
+                             not_applicable_by_hand=by_hand)
         path = write(pinned.manifest, Path(args.out) if args.out else mdir)
+    except RequiredPatchesDoNotFit as exc:
+        print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
+        return 1
     except (PatchkitError, DeclarationError, ReleaseError, FileNotFoundError, ValueError) as exc:
         print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
         return 2
@@ -169,10 +256,16 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def add_pin(sub) -> None:
-    p = sub.add_parser("pin", help="write manifests/vllm-VERSION.yaml from the real release")
+    p = sub.add_parser("pin", help="write manifests/vllm-VERSION.yaml from the real release",
+                       description="Exit 0: written; 1: a required patch does not fit the release (nothing written); "
+                                   "2: could not pin.")
     add_release_args(p)
-    p.add_argument("--out", help="folder to write to (default: the manifest folder)")
+    p.add_argument("--out", help="folder to write to (default: the manifest folder; created if missing)")
+    p.add_argument("--not-applicable", action="append", metavar="ID=REASON",
+                   help="record patch ID as not applicable on this release, with REASON written into the manifest "
+                        "(as 'by hand: REASON'); repeatable. The only way a required patch that does not fit "
+                        "the release is marked not applicable")
     p.set_defaults(func=cmd_pin)
 
 
-__all__ = ["Pinned", "add_pin", "pin_release", "render", "write"]
+__all__ = ["Pinned", "RequiredPatchesDoNotFit", "add_pin", "parse_not_applicable", "pin_release", "render", "write"]

@@ -98,3 +98,58 @@ def test_package_folder_or_its_parent(tmp_path):
     root = write_tree(tmp_path / "r", {"toy/mod.py": "def f(a):\n    pass\n"})
     for given in (root, root / "toy"):
         assert StaticRelease.open(given).lookup("toy.mod:f").signature == "(a)"
+
+
+# -- folders named on the command line must exist and hold something (never "0 ok" about nothing) --
+def _check_args(s, patch_dirs, manifest_dir):
+    """(An empty manifest folder with no patch: what "0 ok, 0 broken" used to be reported for, exit 0.)"""
+    args = ["check", "--source", str(s.after), "--vllm", "2.0.0"]
+    for d in patch_dirs:
+        args += ["--patch-dir", str(d)]
+    return args + ["--manifest-dir", str(manifest_dir)]
+
+
+def test_missing_patch_dir_exits_two_naming_it(scenario, capsys, tmp_path):
+    s = scenario(BEFORE, AFTER, PATCHES)
+    nope = tmp_path / "no" / "such"
+    no_manifests = tmp_path / "no-manifests"
+    no_manifests.mkdir()
+    assert main(_check_args(s, [nope], no_manifests)) == 2
+    out, err = capsys.readouterr()
+    assert f"vllm-patchkit check: --patch-dir {nope}: no such folder (expected a folder of patch files, *.yaml)" in err
+    assert "0 ok" not in out and out == ""
+
+
+def test_missing_manifest_dir_exits_two_naming_it(scenario, capsys, tmp_path):
+    s = scenario(BEFORE, AFTER, PATCHES)
+    nope = tmp_path / "manifestz"
+    assert main(_check_args(s, [s.patch_dir], nope)) == 2
+    out, err = capsys.readouterr()
+    assert (f"vllm-patchkit check: --manifest-dir {nope}: no such folder "
+            "(expected a folder of manifests, vllm-VERSION.yaml)") in err
+    assert out == ""
+
+
+def test_patch_dir_without_patches_exits_two(scenario, capsys, tmp_path):
+    s = scenario(BEFORE, AFTER, PATCHES)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README.md").write_text("not a patch\n")
+    no_manifests = tmp_path / "no-manifests"
+    no_manifests.mkdir()
+    assert main(_check_args(s, [empty], no_manifests)) == 2
+    out, err = capsys.readouterr()
+    assert f"vllm-patchkit check: --patch-dir {empty}: holds no patch (*.yaml with an id)" in err
+    assert "0 ok" not in out
+    # each folder given must hold a patch, even when another one does
+    assert main(_check_args(s, [s.patch_dir, empty], s.manifest_dir)) == 2
+    assert f"--patch-dir {empty}: holds no patch" in capsys.readouterr().err
+
+
+def test_patch_dir_that_is_a_file_exits_two(scenario, capsys, tmp_path):
+    s = scenario(BEFORE, AFTER, PATCHES)
+    a_file = s.patch_dir / "fine-1.yaml"
+    no_manifests = tmp_path / "no-manifests"
+    no_manifests.mkdir()
+    assert main(_check_args(s, [a_file], no_manifests)) == 2
+    assert f"--patch-dir {a_file}: not a folder (expected a folder of patch files, *.yaml)" in capsys.readouterr().err

@@ -106,3 +106,120 @@ def test_version_must_match_the_source(tmp_path, capsys):
     assert main(["pin", "--source", str(tree), "--vllm", "0.41.0", "--patch-dir", str(patches),
                  "--manifest-dir", str(tmp_path)]) == 2
     assert "is vLLM 0.40.0, not 0.41.0" in capsys.readouterr().err
+
+
+# -- folders named on the command line ------------------------------------------------------------
+def test_missing_patch_dir_is_an_error(tmp_path, capsys):
+    tree = write_tree(tmp_path / "t", BEFORE)
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    nope = tmp_path / "patchez"
+    assert pin_cli(tree, "1.0.0", nope, manifests) == 2
+    out, err = capsys.readouterr()
+    assert f"vllm-patchkit pin: --patch-dir {nope}: no such folder (expected a folder of patch files, *.yaml)" in err
+    assert out == "" and list(manifests.iterdir()) == []
+
+
+def test_patch_dir_without_patches_is_an_error(tmp_path, capsys):
+    tree = write_tree(tmp_path / "t", BEFORE)
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    empty = tmp_path / "patches"
+    empty.mkdir()
+    assert pin_cli(tree, "1.0.0", empty, manifests) == 2
+    out, err = capsys.readouterr()
+    assert f"vllm-patchkit pin: --patch-dir {empty}: holds no patch (*.yaml with an id)" in err
+    assert out == "" and list(manifests.iterdir()) == []  # no manifest listing nothing
+
+
+def test_missing_manifest_dir_is_an_error_even_with_out(tmp_path, capsys):
+    """pin reads the earlier manifests there: a typo would pin every patch as new."""
+    tree = write_tree(tmp_path / "t", BEFORE)
+    patches = write_patches(tmp_path / "patches", [patch_doc("p", "toy.mod:f")])
+    nope = tmp_path / "manifestz"
+    out_dir = tmp_path / "out"
+    for extra in ((), ("--out", str(out_dir))):
+        assert pin_cli(tree, "1.0.0", patches, nope, *extra) == 2
+        err = capsys.readouterr().err
+        assert (f"vllm-patchkit pin: --manifest-dir {nope}: no such folder "
+                "(expected a folder of manifests, vllm-VERSION.yaml)") in err
+    assert not nope.exists() and not out_dir.exists()
+
+
+# -- required patches are never marked not applicable on pin's own --------------------------------
+REMEDY = ("remedy: add a new version of the patch that fits vLLM 2.0.0, "
+          "or record it as not applicable with --not-applicable {}='reason'")
+
+
+def test_a_required_patch_that_no_longer_fits_is_an_error(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", required=True)])
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests) == 1
+    out, err = capsys.readouterr()
+    assert "vllm-patchkit pin: cannot pin vLLM 2.0.0: 1 required patch(es) do not fit it; nothing written" in err
+    assert "  - q@1 (required) does not fit vLLM 2.0.0 (compared with its pins of vLLM 1.0.0):" in err
+    assert "      toy.mod:g: default of 'b' changed: 1 -> 2" in err
+    assert REMEDY.format("q") in err
+    assert "wrote" not in out
+    assert not (manifests / "vllm-2.0.0.yaml").exists()  # nothing half-decided is written
+
+
+def test_a_new_required_patch_whose_target_is_missing_is_an_error(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f")])
+    write_patches(patches, [patch_doc("n", "toy.mod:nothing_here", required=True)])
+    # an existing manifest for the release stays as it was
+    path = manifests / "vllm-2.0.0.yaml"
+    path.write_text(yaml.safe_dump({"vllm": "2.0.0", "generated_by": "by hand",
+                                    "patches": [{"patch": "p@1", "targets": {}}]}))
+    before = path.read_text()
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests) == 1
+    err = capsys.readouterr().err
+    assert "  - n@1 (required) does not fit vLLM 2.0.0 (new patch, no earlier pin):" in err
+    assert "      toy.mod:nothing_here: target not found" in err
+    assert REMEDY.format("n") in err
+    assert path.read_text() == before
+
+
+def test_not_applicable_by_hand_records_the_reason(tmp_path, capsys):
+    """The person's decision is written; an optional patch is still marked not applicable automatically."""
+    docs = [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", required=True),
+            patch_doc("o", "toy.mod:g")]
+    a, patches, manifests = setup(tmp_path, docs)
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "q=upstream sets b=2 itself now") == 0
+    out = capsys.readouterr().out
+    assert "q: marked not applicable by hand" in out
+    assert "o: not applicable on 2.0.0" in out
+    path = manifests / "vllm-2.0.0.yaml"
+    m = parse_manifest(path)
+    assert [e.patch for e in m.patches] == ["p@1"]
+    assert [(n.patch, n.reason) for n in m.not_applicable] == [
+        ("o", "o@1 was pinned on vLLM 1.0.0; on 2.0.0: toy.mod:g: default of 'b' changed: 1 -> 2"),
+        ("q", "by hand: upstream sets b=2 itself now"),
+    ]
+    load_manifests([manifests], load_patch_set([patches]))
+    # re-pinning carries the reviewer's entry over as it is
+    text = path.read_text()
+    assert pin_cli(a, "2.0.0", patches, manifests) == 0
+    assert path.read_text() == text
+
+
+def test_not_applicable_by_hand_for_an_optional_patch_that_fits(tmp_path):
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g")])
+    assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "p=not needed with the new runner") == 0
+    m = parse_manifest(manifests / "vllm-2.0.0.yaml")
+    assert m.patches == []
+    assert ("p", "by hand: not needed with the new runner") in [(n.patch, n.reason) for n in m.not_applicable]
+
+
+def test_not_applicable_by_hand_must_name_a_patch_and_a_reason(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f")])
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "zz=gone") == 2
+    assert "vllm-patchkit pin: --not-applicable zz: no such patch id in the patch set (known: p)" in capsys.readouterr().err
+    assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "p=  ") == 2
+    assert "vllm-patchkit pin: --not-applicable p: empty reason" in capsys.readouterr().err
+    assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "p") == 2
+    assert "vllm-patchkit pin: --not-applicable 'p': expected ID=REASON" in capsys.readouterr().err
+    assert not (manifests / "vllm-2.0.0.yaml").exists()
