@@ -110,6 +110,7 @@ class Loader:
         self.status_dir = status_dir
         self.write_records = write_records
         self.applied: dict[str, Applied] = {}
+        self.stacks: dict[str, list[str]] = {}  # target -> patch keys applied on it, innermost first
         self.detail_hooks: list = []  # callables(records) that copy a patch's own counters into its detail
         self.manifests = manifests
         self.unavailable: dict[str, Unavailable] = {}  # patch id -> why this release offers no entry
@@ -157,8 +158,8 @@ class Loader:
             entry = listed.get(pid)
             patch = self.patch_set.patches[entry.patch] if entry else (fitting or versions)[-1]
             chosen[pid] = (patch, entry)
-            rec = PatchRecord(patch.key, patch.kind.value, patch.required, patch.stage, patch.target,
-                              expected_calls=patch.expected_calls.value)
+            rec = PatchRecord(patch=patch.key, kind=patch.kind.value, required=patch.required, stage=patch.stage,
+                              target=patch.target, expected_calls=patch.expected_calls.value)
             self.records[pid] = rec
             if entry is None:
                 why = unavailable(pid, m, self.loaded.path if self.loaded else None, self.manifest_note,
@@ -362,6 +363,17 @@ class Loader:
         if applied is not None:
             self.applied[patch.id] = applied
         rec.set(APPLIED)
+        if applied is not None and patch.target and patch.kind in (Kind.wrap, Kind.replace):
+            self._record_stack(patch)
+
+    def _record_stack(self, patch: Patch) -> None:
+        """Several patches on one target: every one of them records the order (innermost first)."""
+        stack = self.stacks.setdefault(patch.target, [])
+        stack.append(patch.key)
+        if len(stack) > 1:
+            for key in stack:
+                self.records[key.split("@")[0]].detail["stack"] = (
+                    f"{len(stack)} patches on {patch.target}, innermost first: {' < '.join(stack)}")
 
     def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
         from .apply import function_of
@@ -451,3 +463,5 @@ class Loader:
         for pid in reversed(list(self.applied)):
             self.applied.pop(pid).undo()
             self.records[pid].set(PENDING, None, "unpatched")
+            self.records[pid].detail.pop("stack", None)
+        self.stacks.clear()

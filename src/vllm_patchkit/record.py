@@ -13,18 +13,40 @@ import os
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
+from pydantic import BaseModel, ConfigDict, Field
+
 STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
 RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
+SCHEMA_VERSION = 2  # 2: state enum, `warning` per patch, `warnings`/`error` per process
 
-APPLIED, SKIPPED, FAILED, REFUSED, PENDING = "applied", "skipped", "failed", "refused", "pending"
+
+class State(str, Enum):
+    """What happened to a patch in one process (a str, so records compare with plain strings)."""
+
+    applied = "applied"
+    skipped = "skipped"
+    failed = "failed"
+    refused = "refused"
+    pending = "pending"
+
+    def __str__(self) -> str:
+        return self.value
 
 
-@dataclass
-class PatchRecord:
+APPLIED, SKIPPED, FAILED, REFUSED, PENDING = State.applied, State.skipped, State.failed, State.refused, State.pending
+
+
+class _Record(BaseModel):
+    # Records are mutated in place by the loader (no validation per assignment: the hot path is
+    # a counter copy); they are validated when read back, by this same code.
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+
+class PatchRecord(_Record):
     """What happened to one patch in one process, with the evidence."""
 
     patch: str  # id@version
@@ -32,44 +54,52 @@ class PatchRecord:
     required: bool
     stage: str
     target: Optional[str] = None
-    state: str = PENDING
-    code: Optional[str] = None  # machine-readable cause: precondition, fingerprint, conflict, ...
+    state: State = State.pending
+    code: Optional[str] = None  # machine-readable cause: precondition, fingerprint, conflict, unavailable, ...
     reason: str = ""
     expected: Any = None
     found: Any = None
-    findings: list[dict] = field(default_factory=list)
+    findings: list[dict] = Field(default_factory=list)
     expected_calls: str = "never_counted"
     calls: int = 0
-    detail: dict = field(default_factory=dict)
-    warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, optional failed)
+    detail: dict = Field(default_factory=dict)
+    warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, ...)
     at: float = 0.0
 
     def set(self, state: str, code: Optional[str] = None, reason: str = "", expected: Any = None, found: Any = None):
-        self.state, self.code, self.reason, self.expected, self.found = state, code, reason, expected, found
+        self.state, self.code, self.reason, self.expected, self.found = State(state), code, reason, expected, found
         self.at = time.time()
         return self
 
 
-@dataclass
-class ProcessRecord:
+class ProcessRecord(_Record):
+    """One process's records; one JSON file per process (see module docstring)."""
+
+    schema_version: int = SCHEMA_VERSION
     run_id: str
     role: str
     pid: int
     ppid: int
     vllm_version: str
-    manifest: Optional[str]
+    manifest: Optional[str] = None
     started: float
     updated: float = 0.0
-    config: dict = field(default_factory=dict)
+    config: dict = Field(default_factory=dict)
     steps: Optional[int] = None  # calls of this process's step-counting core patch, if any
     exited: bool = False  # True once the last flush ran at interpreter exit
-    patches: list[PatchRecord] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # process-level: no manifest pins this release, nearest used
-    error: Optional[str] = None  # why start-up stopped in this process (declaration error, refusal, required failure)
+    patches: list[PatchRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # process-level: no manifest pins this release, nearest used
+    error: Optional[str] = None  # why start-up stopped here (declaration error, refusal, required failure)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""
+        return json.loads(json.dumps(self.model_dump(), default=str))
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProcessRecord":
+        """Read a record file's content back (raises pydantic.ValidationError on a malformed one)."""
+        return cls.model_validate(data)
 
 
 def default_status_dir() -> Path:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from .record import ProcessRecord
+
 log = logging.getLogger("vllm.patchkit")
 
 OK, BAD, NONE = 0, 1, 2
@@ -69,9 +71,9 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
         if not _trusted(path, warnings):
             continue
         try:
-            run.processes.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as exc:
-            warnings.append(f"unreadable record {path.name}: {exc}")
+            run.processes.append(ProcessRecord.from_json(json.loads(path.read_text())).to_json())
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            warnings.append(f"unreadable record {path.name}: {str(exc).splitlines()[0]}")
     order = {"frontend": 0, "engine_core": 1, "worker": 2}
     run.processes.sort(key=lambda p: (order.get(p.get("role"), 9), p.get("pid", 0)))
     return run

@@ -292,3 +292,21 @@ def test_layer_from_an_upstream_dependency_is_not_a_conflict(tmp_path):
     finally:
         loader.unpatch()
     assert gw.Worker.__dict__["execute_model"] is before
+
+
+def test_stacking_order_on_one_target_is_recorded_and_shown(tmp_path, modules):
+    """Two patches on one target: each record says the order (innermost first), and status shows it."""
+    from vllm_patchkit import status
+
+    docs = {"kv": kv_patch(), "kv2": patch_doc(id="kv2", kind="wrap", target=KV, processes=["frontend"], requires=["kv"])}
+    loader = make_loader(tmp_path, docs, [pinned_entry("kv@1", KV), pinned_entry("kv2@1", KV)])
+    loader.run_import_stage()
+    want = f"2 patches on {KV}, innermost first: kv@1 < kv2@1"
+    assert loader.records["kv"].detail["stack"] == loader.records["kv2"].detail["stack"] == want
+    loader.flush()
+    run = status.load_run(tmp_path / "status")
+    rows = json.loads(status.to_json(run))["processes"][0]["patches"]
+    assert [r["detail"]["stack"] for r in rows] == [want, want]
+    assert "innermost first" in status.render(run)
+    loader.unpatch()
+    assert "stack" not in loader.records["kv"].detail
