@@ -64,6 +64,7 @@ class BreakageKind(str, Enum):
     copy_differs = "copy_differs"
     unpinned = "unpinned"
     probe_error = "probe_error"
+    required_not_applicable = "required_not_applicable"
 
 
 def _q(name: Any) -> str:
@@ -102,6 +103,10 @@ _EXPLAIN = {
         lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
     BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
     BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
+    BreakageKind.required_not_applicable:
+        lambda b: f"required patch {b.patch} is marked not applicable on this release ({b.detail}): a model that "
+                  "needs it is refused at start-up; add a patch version that fits, or record a reviewer's decision "
+                  "with `vllm-patchkit pin --not-applicable ID='reason'`",
 }
 
 
@@ -561,7 +566,12 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
     elif own is not None:
         na = next((n for n in own.not_applicable if n.patch == pid), None)
         if na is not None:
-            return PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
+            res = PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
+            if newest.required and not na.reason.startswith("by hand:"):
+                # marked by a tool, not decided by a reviewer: models that need it cannot serve here
+                res.breakages.append(Breakage(BreakageKind.required_not_applicable, newest.key,
+                                              newest.target or pid, detail=na.reason))
+            return res
         entry = next((e for e in own.patches if e.patch.split("@")[0] == pid), None)
         if entry is None:
             base = older_entry(pid, manifests, version, paths)
