@@ -208,6 +208,7 @@ def test_every_kind_has_a_case():
         K.kind_changed, K.target_removed, K.target_moved, K.target_unreadable, K.source_changed,
         K.wrappers_changed, K.copy_gone, K.copy_differs, K.unpinned,
         K.probe_error,  # test_retire.py
+        K.required_not_applicable,  # test_check_required_na.py
     }
     assert covered == set(K)
 
