@@ -107,6 +107,9 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
             where = f"{rec['patch']} in {proc['role']} (pid {proc['pid']})"
             if rec.get("required") and rec.get("state") in ("failed", "refused"):
                 problems.append(f"{where}: required patch {rec['state']}: {rec.get('reason')}")
+            if rec.get("required") and rec.get("state") == "pending" and (proc.get("steps") or 0) > 0:
+                problems.append(f"{where}: required patch never judged: the process ran {proc['steps']} steps "
+                                "but its config-ready point never ran (check the core.config-ready.* row)")
             if is_inert(rec, steps, min_steps):
                 problems.append(f"{where}: inert (0 calls after {steps} steps)")
             for f in rec.get("findings") or []:
@@ -169,6 +172,9 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             if not show_skipped and rec.get("state") == "skipped" and rec.get("code") == "process":
                 continue
             state = rec.get("state", "?")
+            if rec.get("required") and rec.get("state") == "pending" and (proc.get("steps") or 0) > 0:
+                problems.append(f"{where}: required patch never judged: the process ran {proc['steps']} steps "
+                                "but its config-ready point never ran (check the core.config-ready.* row)")
             if is_inert(rec, steps, min_steps):
                 state = "applied, INERT"
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):

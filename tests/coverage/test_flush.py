@@ -146,3 +146,21 @@ def test_status_exit_codes_and_inert(tmp_path):
     run = status.load_run(tmp_path / "status")
     assert status.assess(run)[1] == [f"count@1 in worker (pid {data['pid']}): inert (0 calls after 50 steps)"]
     assert "INERT" in status.render(run)
+
+
+def test_required_patch_never_judged_in_a_process_that_stepped_is_a_problem(tmp_path):
+    """A config-stage patch stays `pending` when its process's config-ready point never ran; once that
+    process has stepped, a required one is silently absent, so status says so (exit 1)."""
+    path = _one_record(tmp_path)
+    data = json.loads(path.read_text())
+    data["patches"][0].update(state="pending", required=True, calls=0)
+    data["steps"] = 0
+    path.write_text(json.dumps(data))
+    run = status.load_run(tmp_path / "status")
+    assert status.assess(run) == (0, [])  # not stepped yet: still starting
+    data["steps"] = 12
+    path.write_text(json.dumps(data))
+    code, problems = status.assess(status.load_run(tmp_path / "status"))
+    assert code == 1 and problems == [f"count@1 in worker (pid {data['pid']}): required patch never judged: the "
+                                      "process ran 12 steps but its config-ready point never ran (check the "
+                                      "core.config-ready.* row)"]
