@@ -94,7 +94,7 @@ class ProcessRecord(_Record):
 
     def to_json(self) -> dict:
         """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""
-        return json.loads(json.dumps(self.model_dump(), default=str))
+        return self.model_dump(mode="json", fallback=str)
 
     @classmethod
     def from_json(cls, data: Any) -> "ProcessRecord":
