@@ -32,8 +32,8 @@ class Unavailable:
 def unavailable(pid: str, manifest, manifest_path: Optional[str], manifest_note: str,
                 vllm_version: str) -> Unavailable:
     """The manifest's answer for a patch it does not list."""
-    if manifest is None:
-        return Unavailable("no_manifest", manifest_note)
+    if manifest is None:  # the note's first clause; the process record carries the whole note once
+        return Unavailable("no_manifest", manifest_note.split(";")[0])
     for na in manifest.not_applicable:
         if na.patch == pid:
             return Unavailable("not_applicable", f"not applicable on vLLM {vllm_version}: {na.reason}")
