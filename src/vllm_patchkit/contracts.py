@@ -5,6 +5,9 @@ the installed vLLM (read live, by import) or a wheel / source tree (read
 statically, see `static.py`). Each target's fingerprint is compared with its
 pin; every difference is one `Breakage` value with a kind and an `explain()`,
 and rendering (text, JSON, GitHub annotations) is separate (griffe's habit).
+A target that moved, or is now inherited from a base class, is also compared
+at its new home. Renderers report each breakage once per target, naming every
+patch it affects (`Report.findings()`).
 
 Which pins a patch is compared with:
 
@@ -37,7 +40,7 @@ from . import fingerprint as fp
 from .declare import PatchSet
 from .schema import Fingerprint, Kind, Manifest, ManifestEntry, Patch
 from .static import DirSource, Missing, StaticRelease
-from .targets import TargetError, load_object, resolve
+from .targets import MISSING, TargetError, load_object, resolve, split
 
 WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
 
@@ -46,6 +49,7 @@ WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
 class BreakageKind(str, Enum):
     target_removed = "target_removed"
     target_moved = "target_moved"
+    target_inherited = "target_inherited"
     target_unreadable = "target_unreadable"
     kind_changed = "kind_changed"
     required_parameter_added = "required_parameter_added"
@@ -53,6 +57,7 @@ class BreakageKind(str, Enum):
     parameter_removed = "parameter_removed"
     parameter_renamed = "parameter_renamed"
     parameter_moved = "parameter_moved"
+    positional_shift = "positional_shift"
     parameter_kind_changed = "parameter_kind_changed"
     parameter_now_required = "parameter_now_required"
     parameter_now_optional = "parameter_now_optional"
@@ -75,9 +80,27 @@ def _a(kind: Any) -> str:
     return f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}"
 
 
+def _explain_shift(b: "Breakage") -> str:
+    """`new`: the inserted parameters (adjacent); `old`: the existing ones now one slot further right."""
+    what = f"parameter {_q(b.new[0])}" if len(b.new) == 1 else f"parameters {', '.join(map(_q, b.new))}"
+    those, them = ("it", "it") if len(b.old) == 1 else ("those", "them")
+    return (f"{what} inserted at {b.detail} before {', '.join(map(_q, b.old))}: callers passing {those} "
+            f"positionally bind {them} to the wrong parameter")
+
+
+def _explain_inherited(b: "Breakage") -> str:
+    """`target` is `m:C.attr`, `new` the base's definition `m2:Base.attr` it is now inherited from."""
+    qual = b.target.partition(":")[2]
+    owner, attr = qual.rpartition(".")[0], qual.rpartition(".")[2]
+    base = b.new.partition(":")[2]
+    return (f"now inherited from {b.new}, no longer defined on {owner}: a patch on {qual} would add an override "
+            f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
+
+
 _EXPLAIN = {
     BreakageKind.target_removed: lambda b: f"target not found: {b.detail}",
     BreakageKind.target_moved: lambda b: f"target moved: now defined at {b.new} ({b.detail})",
+    BreakageKind.target_inherited: _explain_inherited,
     BreakageKind.target_unreadable: lambda b: f"target cannot be read: {b.detail}",
     BreakageKind.kind_changed: lambda b: f"changed from {_a(b.old)} to {_a(b.new)}",
     BreakageKind.required_parameter_added:
@@ -89,6 +112,7 @@ _EXPLAIN = {
         lambda b: f"parameter {_q(b.old)} renamed to {_q(b.new)} ({b.detail}): keyword calls using {_q(b.old)} break",
     BreakageKind.parameter_moved:
         lambda b: f"parameter {_q(b.parameter)} moved from position {b.old} to {b.new}: positional calls bind it to another argument",
+    BreakageKind.positional_shift: _explain_shift,
     BreakageKind.parameter_kind_changed: lambda b: f"parameter {_q(b.parameter)} changed kind: {b.old} -> {b.new}",
     BreakageKind.parameter_now_required:
         lambda b: f"parameter {_q(b.parameter)} is now required (its default {b.old} was removed)",
@@ -194,25 +218,45 @@ def diff_signatures(patch: str, target: str, old_sig: str, new_sig: str) -> list
                          detail=q.kind + (f", position {q.position}" if q.positional else "")))
         else:
             out.append(B(BreakageKind.parameter_removed, parameter=p.name, old=p.describe()))
+    # positions of the positional parameters, keyed by their old name (a renamed one keeps its old name here)
+    back = {v: k for k, v in renamed.items()}
+    old_pos = {p.name: p.position for p in old if p.positional}
+    new_pos = {back.get(q.name, q.name): q.position for q in new if q.positional}
+    # reordered: out of their old relative order among the positional parameters both sides have, and at
+    # another position (a parameter that only shifted because of an insertion or removal is not "moved")
+    common_old = [n for n in old_pos if n in new_pos]
+    common_new = sorted(common_old, key=new_pos.__getitem__)
+    moved = {n for i, n in enumerate(common_old) if common_new[i] != n and old_pos[n] != new_pos[n]}
+    # inserted: new positional slots (adjacent ones are one insertion) in front of existing parameters,
+    # which a positional caller now binds one slot off: one finding per insertion, not one per shifted parameter
+    runs: list[list[Param]] = []
     for q in new:
+        if q.positional and back.get(q.name, q.name) not in old_pos:
+            if runs and runs[-1][-1].position == q.position - 1:
+                runs[-1].append(q)
+            else:
+                runs.append([q])
+    shift_at: dict[str, Breakage] = {}
+    in_shift: set[str] = set()
+    for run in runs:
+        shifted = [q.name for q in new if q.positional and q.position > run[-1].position
+                   and (n := back.get(q.name, q.name)) in old_pos and n not in moved and new_pos[n] != old_pos[n]]
+        if shifted:
+            where = (f"position {run[0].position}" if len(run) == 1
+                     else f"positions {run[0].position}-{run[-1].position}")
+            shift_at[run[0].name] = B(BreakageKind.positional_shift, parameter=run[0].name,
+                                      old=tuple(shifted), new=tuple(q.name for q in run), detail=where)
+            in_shift.update(q.name for q in run)
+    for q in new:
+        if q.name in shift_at:
+            out.append(shift_at[q.name])
         if q.name in old_by or q.name in renamed.values():
             continue
         variadic = q.kind in ("var-positional", "var-keyword")
         if q.default is None and not variadic:
             out.append(B(BreakageKind.required_parameter_added, parameter=q.name, new=q.describe()))
-        else:
+        elif q.name not in in_shift:  # an optional parameter inserted in front: the shift is the finding
             out.append(B(BreakageKind.optional_parameter_added, parameter=q.name, new=q.describe()))
-    # order among the positional parameters both sides have (a shift caused by an
-    # insertion or removal is explained by that finding, not repeated here)
-    common_old = [p.name for p in old if p.positional and (p.name in new_by or p.name in renamed)]
-    common_new = [q.name for q in new if q.positional and (q.name in old_by or q.name in renamed.values())]
-    back = {v: k for k, v in renamed.items()}
-    common_new = [back.get(n, n) for n in common_new]
-    moved = set()
-    if common_old != common_new and sorted(common_old) == sorted(common_new):
-        for name in common_old:
-            if common_old.index(name) != common_new.index(name):
-                moved.add(name)
     for p in old:
         q = new_by.get(renamed.get(p.name, p.name))
         if q is None:
@@ -253,11 +297,22 @@ def compare(patch: str, target: str, pin: Fingerprint, found: Union[Fingerprint,
     return out
 
 
+def new_home(missing: Missing) -> Optional[str]:
+    """Where a missing target now is, when that is one place: the base it is inherited from, or its one new home."""
+    if missing.unreadable:
+        return None
+    if missing.inherited_from:
+        return missing.inherited_from
+    return missing.moved_to[0] if len(missing.moved_to) == 1 else None
+
+
 def missing_breakages(patch: str, target: str, missing: Missing, *, copy: bool = False) -> list[Breakage]:
     if copy:
         return [Breakage(BreakageKind.copy_gone, patch, target, detail=missing.reason)]
     if missing.unreadable:
         return [Breakage(BreakageKind.target_unreadable, patch, target, detail=missing.reason)]
+    if missing.inherited_from:
+        return [Breakage(BreakageKind.target_inherited, patch, target, new=missing.inherited_from, detail=missing.reason)]
     if missing.moved_to:
         return [Breakage(BreakageKind.target_moved, patch, target, new=", ".join(missing.moved_to), detail=missing.reason)]
     return [Breakage(BreakageKind.target_removed, patch, target, detail=missing.reason)]
@@ -324,6 +379,9 @@ class LiveRelease:
         except TargetError as exc:
             if "cannot be imported" in str(exc) and self.static().module(spec.partition(":")[0]) is not None:
                 return Missing(spec, str(exc), unreadable=True)
+            base = _live_definer(spec)
+            if base is not None:  # what the loader sees: the class has it, through its MRO
+                return Missing(spec, str(exc), (base,), inherited_from=base)
             st = self.static().lookup(spec)  # the same tree read statically says where it went
             return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
         raw = place.get_raw()
@@ -341,6 +399,24 @@ class LiveRelease:
 
     def probe_root(self) -> Path:
         return self._root
+
+
+def _live_definer(spec: str) -> Optional[str]:
+    """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
+    module, parts = split(spec)
+    try:
+        owner: Any = importlib.import_module(module)
+    except Exception:
+        return None
+    for part in parts[:-1]:
+        owner = getattr(owner, "__dict__", {}).get(part, MISSING)
+        if owner is MISSING:
+            return None
+    attr = parts[-1]
+    if not isinstance(owner, type) or attr in owner.__dict__:
+        return None
+    definer = next((c for c in owner.__mro__[1:] if attr in c.__dict__), None)
+    return None if definer is None else f"{definer.__module__}:{definer.__qualname__}.{attr}"
 
 
 class StaticView:
@@ -434,6 +510,11 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         pin = pins.get(spec)
         if pin is not None:
             out.extend(compare(patch.key, spec, pin, got, copy=is_copy))
+            home = new_home(got) if isinstance(got, Missing) and not is_copy and pin.kind != "absent" else None
+            if home is not None:  # moved or now inherited: what changed on the way, diffed where it is now
+                there = release.lookup(home, with_digest)
+                if not isinstance(there, Missing):
+                    out.extend(compare(patch.key, home, pin, there))
         elif isinstance(got, Missing):
             out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
         if isinstance(got, Missing):
@@ -505,6 +586,30 @@ class PatchResult:
                 "retirable": self.retire, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One breakage as reported: once per target, with every patch it affects (in check order)."""
+
+    breakage: Breakage  # as found for the first of `patches`
+    patches: tuple[str, ...]
+
+    @property
+    def kind(self) -> BreakageKind:
+        return self.breakage.kind
+
+    @property
+    def target(self) -> str:
+        return self.breakage.target
+
+    def explain(self) -> str:
+        return f"{self.breakage.explain()} — affects {', '.join(self.patches)}"
+
+    def as_dict(self) -> dict:
+        d = self.breakage.as_dict()
+        del d["patch"]
+        return {**d, "patches": list(self.patches)}
+
+
 @dataclass
 class Report:
     vllm: str
@@ -514,6 +619,19 @@ class Report:
     @property
     def breakages(self) -> list[Breakage]:
         return [b for r in self.results for b in r.breakages]
+
+    def findings(self) -> list[Finding]:
+        """The breakages grouped by target (targets in the order first met): two patches pinned alike on
+        one target that changed are one finding naming both. Same finding: same kind and explanation."""
+        same: dict[tuple, tuple[Breakage, list[str]]] = {}
+        for b in self.breakages:
+            _, patches = same.setdefault((b.kind, b.explain()), (b, []))
+            if b.patch not in patches:
+                patches.append(b.patch)
+        by_target: dict[str, list[Finding]] = {}
+        for b, patches in same.values():
+            by_target.setdefault(b.target, []).append(Finding(b, tuple(patches)))
+        return [f for group in by_target.values() for f in group]
 
     def exit_code(self) -> int:
         return 1 if self.breakages else 0
@@ -614,12 +732,14 @@ def render_text(report: Report) -> str:
         label = {"ok": "ok", "broken": "BROKEN", "not_applicable": "n/a", "unpinned": "UNPINNED"}[r.status]
         pins = f" (pins of vLLM {r.pins_from})" if r.pins_from and r.status != "not_applicable" else ""
         lines.append(f"  {label:<9} {r.patch}{pins}" + (f": {r.note}" if r.note and r.status == "not_applicable" else ""))
-        for b in r.breakages:
-            lines.append(f"            - [{b.kind.value}] {b.explain()}")
         if r.note and r.status != "not_applicable":
             lines.append(f"            note: {r.note}")
         if r.retire:
             lines.append(f"            retirable: {r.retire}")
+    findings = report.findings()
+    if findings:
+        lines.append("breakages, by target:")
+        lines.extend(f"  - [{f.kind.value}] {f.explain()}" for f in findings)
     c = report.counts()
     lines.append(f"{c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned, {c['not_applicable']} not applicable,"
                  f" {c['retirable']} retirable on vLLM {report.vllm}")
@@ -627,8 +747,11 @@ def render_text(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
+    """`breakages`: each once, by target, with the `patches` it affects; `patches[].breakages` keeps the
+    per-patch view (each patch's own findings) for readers of the earlier format."""
     return json.dumps({"vllm": report.vllm, "release": report.release, "ok": not report.breakages,
-                       "counts": report.counts(), "patches": [r.as_dict() for r in report.results]}, indent=2) + "\n"
+                       "counts": report.counts(), "breakages": [f.as_dict() for f in report.findings()],
+                       "patches": [r.as_dict() for r in report.results]}, indent=2) + "\n"
 
 
 def _gh_escape(s: str, prop: bool = False) -> str:
@@ -637,18 +760,22 @@ def _gh_escape(s: str, prop: bool = False) -> str:
 
 
 def render_github(report: Report) -> str:
-    """GitHub Actions workflow commands: one `::error` per breakage, a `::notice` per retirable patch."""
+    """GitHub Actions workflow commands: one `::error` per breakage (once per target, titled with the
+    patches it affects, at the first one's file), a `::notice` per retirable patch."""
+    def file_of(patch: Optional[str]) -> str:
+        path = next((r.file for r in report.results if r.patch == patch and r.file), None)
+        try:
+            return f"file={_gh_escape(os.path.relpath(path), True)}," if path else ""
+        except ValueError:
+            return ""
+
     lines = []
+    for f in report.findings():
+        verb = "breaks" if len(f.patches) == 1 else "break"
+        title = _gh_escape(f"{', '.join(f.patches)} {verb} on vLLM {report.vllm} ({f.kind.value})", True)
+        lines.append(f"::error {file_of(f.patches[0])}title={title}::{_gh_escape(f.breakage.explain())}")
     for r in report.results:
-        file = ""
-        if r.file:
-            try:
-                file = f"file={_gh_escape(os.path.relpath(r.file), True)},"
-            except ValueError:
-                file = ""
-        for b in r.breakages:
-            title = _gh_escape(f"{r.patch} breaks on vLLM {report.vllm} ({b.kind.value})", True)
-            lines.append(f"::error {file}title={title}::{_gh_escape(b.explain())}")
+        file = file_of(r.patch)
         if r.retire:
             title = _gh_escape(f"{r.patch} can be retired on vLLM {report.vllm}", True)
             lines.append(f"::notice {file}title={title}::{_gh_escape(r.retire)}")
@@ -734,5 +861,5 @@ def add_check(sub) -> None:
     p.set_defaults(func=cmd_check)
 
 
-__all__ = ["Breakage", "BreakageKind", "LiveRelease", "Report", "StaticView", "add_check", "check", "compare",
+__all__ = ["Breakage", "BreakageKind", "Finding", "LiveRelease", "Report", "StaticView", "add_check", "check", "compare",
            "diff_signatures", "examine", "open_release"]

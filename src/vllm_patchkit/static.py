@@ -37,6 +37,9 @@ Traps, documented where they live (wrapt's habit):
 - **Generated methods** (a dataclass's `__init__`) have no source: not found.
 - **Objects from outside the release** (a name imported from torch) are reported
   as unreadable, not guessed.
+- **Inherited attributes**: a class that has a name only through a base is
+  `Missing(inherited_from="module:Base.name")` (the base found first, depth
+  first over `bases` as written; live, the MRO decides).
 """
 
 from __future__ import annotations
@@ -213,6 +216,8 @@ class Missing:
     reason: str
     moved_to: tuple[str, ...] = ()
     unreadable: bool = False  # found, but defined outside the release (cannot be read statically)
+    # the class still has the attribute, but only through a base: the base's definition (`module:Base.attr`)
+    inherited_from: Optional[str] = None
 
 
 # -- module tables ------------------------------------------------------------------------------
@@ -472,7 +477,7 @@ class StaticRelease:
                 definer = self._inherited_from(module, node, name, depth=0)
                 if definer:
                     return Missing(f"{module}:{qual}.{name}", f"{name!r} is inherited from {definer}, "
-                                   f"not defined on {qual}", (f"{definer}.{name}",))
+                                   f"not defined on {qual}", (f"{definer}.{name}",), inherited_from=f"{definer}.{name}")
                 return Missing(f"{module}:{qual}.{name}", f"{module}:{qual} has no attribute {name!r}")
             return self._follow(module, name, b, scope, mod.package if mod else module, seen, owner=qual)
         if owner[0] == "external":
@@ -508,11 +513,12 @@ class StaticRelease:
             return Missing(spec, f"module {module!r} is not in this release")
         r: Any = ("module", module)
         owner_is_class = False
-        for part in parts:
+        for i, part in enumerate(parts):
             owner_is_class = r[0] == "def" and isinstance(r[3], ast.ClassDef)
             r = self._member(r, part)
-            if isinstance(r, Missing):
-                return Missing(spec, r.reason, r.moved_to)
+            if isinstance(r, Missing):  # inherited: only the attribute the spec names (not a class on the way)
+                return Missing(spec, r.reason, r.moved_to,
+                               inherited_from=r.inherited_from if i == len(parts) - 1 else None)
         if r[0] == "external":
             return Missing(spec, f"defined outside the release ({r[1]}); check it live", unreadable=True)
         if r[0] == "module":
@@ -596,6 +602,8 @@ class StaticRelease:
         d = self.resolve(spec)
         if isinstance(d, Missing):
             if d.unreadable:
+                return d
+            if d.inherited_from:  # still reachable on the class, through a base: not moved
                 return d
             return Missing(d.spec, d.reason, tuple(dict.fromkeys([*d.moved_to, *self.find_moved(spec)])))
         return d.fingerprint(with_digest)

@@ -87,9 +87,11 @@ def test_wheel_032_pool_bytes_per_block_gained_a_parameter():
     spec = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
     got = rel.lookup(spec)
     assert got == Fingerprint(kind="function", signature="(vllm_config, kv_cache_groups)")
-    [b] = diff_signatures("p@1", spec, PIN_031[spec], got.signature)
-    assert b.explain().endswith("required parameter 'vllm_config' added (positional-or-keyword, position 0): "
-                                "a call that does not pass it raises TypeError")
+    shift, added = diff_signatures("p@1", spec, PIN_031[spec], got.signature)
+    assert shift.explain().endswith("parameter 'vllm_config' inserted at position 0 before 'kv_cache_groups': "
+                                    "callers passing it positionally bind it to the wrong parameter")
+    assert added.explain().endswith("required parameter 'vllm_config' added (positional-or-keyword, position 0): "
+                                    "a call that does not pass it raises TypeError")
 
 
 def test_wheel_033_kv_cache_sizing_moved_and_engine_core_follows():

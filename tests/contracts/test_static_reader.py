@@ -257,6 +257,22 @@ def test_what_cannot_be_found(tree):
     assert isinstance(rel.lookup(f"{PKG}.runner:Runner.MAX.real"), Missing)
 
 
+def test_inherited_is_read_alike_statically_and_live(tree):
+    """An attribute the class has only through a base: both readers say inherited, from the same definition."""
+    from vllm_patchkit.contracts import LiveRelease, installed_root
+
+    if installed_root() is None:
+        pytest.skip("vLLM is not installed")
+    spec = f"{PKG}.runner:Runner.inherited"
+    static, live = StaticRelease.open(tree).lookup(spec), LiveRelease().lookup(spec)
+    assert isinstance(static, Missing) and isinstance(live, Missing)
+    assert static.inherited_from == live.inherited_from == f"{PKG}.runner:Base.inherited"
+    assert static.moved_to == live.moved_to == (f"{PKG}.runner:Base.inherited",)
+    # a class on the way that is inherited is not "the attribute is inherited"
+    nested = StaticRelease.open(tree).lookup(f"{PKG}.runner:Runner.kind.real")
+    assert isinstance(nested, Missing) and nested.inherited_from is None
+
+
 def test_modules_are_parsed_once(tree):
     rel = StaticRelease.open(tree)
     rel.lookup(f"{PKG}.runner:Runner.step")
