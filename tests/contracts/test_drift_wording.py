@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from vllm_patchkit import contracts
+from vllm_patchkit import contracts, releases
 from vllm_patchkit.contracts import BreakageKind as K
 from vllm_patchkit.contracts import diff_signatures, render_github, render_json, render_text
 from vllm_patchkit.static import StaticRelease
@@ -41,8 +41,8 @@ def live(monkeypatch):
     def make(root, version: str = "2.0.0") -> contracts.LiveRelease:
         _forget_toy()
         monkeypatch.syspath_prepend(str(root))
-        monkeypatch.setattr(contracts, "installed_root", lambda: root)
-        monkeypatch.setattr(contracts, "installed_version", lambda: version)
+        monkeypatch.setattr(releases, "installed_root", lambda: root)
+        monkeypatch.setattr(releases, "installed_version", lambda: version)
         return contracts.LiveRelease()
 
     yield make

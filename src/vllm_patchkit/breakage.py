@@ -1,0 +1,121 @@
+"""Breakages: one incompatibility between a patch's pin and a release, as a value.
+
+The one findings vocabulary of the project: start-up (verify), records, `check`,
+`pin` and the pytest items all report these objects and their `explain()` words;
+rendering them is somebody else's job (griffe's `Breakage` habit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Optional
+
+
+# -- findings -----------------------------------------------------------------------------------
+class BreakageKind(str, Enum):
+    target_removed = "target_removed"
+    target_moved = "target_moved"
+    target_inherited = "target_inherited"
+    target_unreadable = "target_unreadable"
+    kind_changed = "kind_changed"
+    required_parameter_added = "required_parameter_added"
+    optional_parameter_added = "optional_parameter_added"
+    parameter_removed = "parameter_removed"
+    parameter_renamed = "parameter_renamed"
+    parameter_moved = "parameter_moved"
+    positional_shift = "positional_shift"
+    parameter_kind_changed = "parameter_kind_changed"
+    parameter_now_required = "parameter_now_required"
+    parameter_now_optional = "parameter_now_optional"
+    default_changed = "default_changed"
+    signature_changed = "signature_changed"
+    source_changed = "source_changed"
+    wrappers_changed = "wrappers_changed"
+    copy_gone = "copy_gone"
+    copy_differs = "copy_differs"
+    unpinned = "unpinned"
+    probe_error = "probe_error"
+    required_not_applicable = "required_not_applicable"
+
+
+def _q(name: Any) -> str:
+    return f"'{name}'"
+
+
+def _a(kind: Any) -> str:
+    return f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}"
+
+
+def _explain_shift(b: "Breakage") -> str:
+    """`new`: the inserted parameters (adjacent); `old`: the existing ones now one slot further right."""
+    what = f"parameter {_q(b.new[0])}" if len(b.new) == 1 else f"parameters {', '.join(map(_q, b.new))}"
+    those, them = ("it", "it") if len(b.old) == 1 else ("those", "them")
+    return (f"{what} inserted at {b.detail} before {', '.join(map(_q, b.old))}: callers passing {those} "
+            f"positionally bind {them} to the wrong parameter")
+
+
+def _explain_inherited(b: "Breakage") -> str:
+    """`target` is `m:C.attr`, `new` the base's definition `m2:Base.attr` it is now inherited from."""
+    qual = b.target.partition(":")[2]
+    owner = qual.rpartition(".")[0]
+    base = b.new.partition(":")[2]
+    return (f"now inherited from {b.new}, no longer defined on {owner}: a patch on {qual} would add an override "
+            f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
+
+
+_EXPLAIN = {
+    BreakageKind.target_removed: lambda b: f"target not found: {b.detail}",
+    BreakageKind.target_moved: lambda b: f"target moved: now defined at {b.new} ({b.detail})",
+    BreakageKind.target_inherited: _explain_inherited,
+    BreakageKind.target_unreadable: lambda b: f"target cannot be read: {b.detail}",
+    BreakageKind.kind_changed: lambda b: f"changed from {_a(b.old)} to {_a(b.new)}",
+    BreakageKind.required_parameter_added:
+        lambda b: f"required parameter {_q(b.parameter)} added ({b.new}): a call that does not pass it raises TypeError",
+    BreakageKind.optional_parameter_added: lambda b: f"parameter {_q(b.parameter)} added ({b.new})",
+    BreakageKind.parameter_removed:
+        lambda b: f"parameter {_q(b.parameter)} removed (was {b.old}): a call that passes it raises TypeError",
+    BreakageKind.parameter_renamed:
+        lambda b: f"parameter {_q(b.old)} renamed to {_q(b.new)} ({b.detail}): keyword calls using {_q(b.old)} break",
+    BreakageKind.parameter_moved:
+        lambda b: f"parameter {_q(b.parameter)} moved from position {b.old} to {b.new}: positional calls bind it to another argument",
+    BreakageKind.positional_shift: _explain_shift,
+    BreakageKind.parameter_kind_changed: lambda b: f"parameter {_q(b.parameter)} changed kind: {b.old} -> {b.new}",
+    BreakageKind.parameter_now_required:
+        lambda b: f"parameter {_q(b.parameter)} is now required (its default {b.old} was removed)",
+    BreakageKind.parameter_now_optional: lambda b: f"parameter {_q(b.parameter)} now has a default ({b.new})",
+    BreakageKind.default_changed: lambda b: f"default of {_q(b.parameter)} changed: {b.old} -> {b.new}",
+    BreakageKind.signature_changed: lambda b: f"signature changed: {b.old} -> {b.new}",
+    BreakageKind.source_changed:
+        lambda b: f"source changed ({b.old} -> {b.new}): the code the patch copies from upstream must be re-synced",
+    BreakageKind.wrappers_changed: lambda b: f"decorator layers changed: {b.old} -> {b.new}",
+    BreakageKind.copy_gone: lambda b: f"copy location gone: {b.detail}",
+    BreakageKind.copy_differs:
+        lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
+    BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
+    BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
+    BreakageKind.required_not_applicable:
+        lambda b: f"required patch {b.patch} is marked not applicable on this release ({b.detail}): a model that "
+                  "needs it is refused at start-up; add a patch version that fits, or record a reviewer's decision "
+                  "with `vllm-patchkit pin --not-applicable ID='reason'`",
+}
+
+
+@dataclass(frozen=True)
+class Breakage:
+    """One incompatibility between a patch's pin and a release."""
+
+    kind: BreakageKind
+    patch: str  # id@version
+    target: str  # module:Qualname (the target or a copy)
+    parameter: Optional[str] = None
+    old: Any = None
+    new: Any = None
+    detail: Optional[str] = None
+
+    def explain(self) -> str:
+        return f"{self.target}: {_EXPLAIN[self.kind](self)}"
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind.value, "patch": self.patch, "target": self.target, "parameter": self.parameter,
+                "old": self.old, "new": self.new, "explain": self.explain()}

@@ -1,0 +1,275 @@
+"""The check: compare every patch's targets with a vLLM release, before installing it.
+
+`vllm-patchkit check` answers "which patches break on vLLM X?". The release is
+the installed vLLM (read live, by import) or a wheel / source tree (read
+statically, see `static.py`). Each target's fingerprint is compared with its
+pin; every difference is one `Breakage` value with a kind and an `explain()`,
+and rendering (text, JSON, GitHub annotations) is separate (griffe's habit).
+A target that moved, or is now inherited from a base class, is also compared
+at its new home. Renderers report each breakage once per target, naming every
+patch it affects (`Report.findings()`).
+
+Which pins a patch is compared with:
+
+- the release has a manifest (and no `--baseline`): the pins of its entry; a
+  patch the manifest does not list (nor marks not applicable) is `unpinned`;
+- otherwise (the upgrade-readiness report): the newest older manifest that lists
+  the patch, or the manifest named by `--baseline`.
+
+A patch is retirable on the release when its `retire_when.vllm` specifier
+contains the release, or its `retire_when.probe` (`module:function`, called with
+the release's source root: a `pathlib.Path` or `zipfile.Path` of the folder
+that holds `vllm/`) returns true (a string is taken as the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from .breakage import Breakage, BreakageKind
+from .declare import PatchSet
+from .releases import Release, ReleaseError
+from .schema import Fingerprint, Kind, Manifest, ManifestEntry, Patch
+from .sigdiff import compare, missing_breakages, new_home
+from .static import Missing
+from .targets import load_object
+
+
+# -- per patch ----------------------------------------------------------------------------------
+def target_specs(patch: Patch) -> list[str]:
+    """Every upstream place pinned for the patch: its target, the copies of it, the callables it uses."""
+    return patch.pinned_specs
+
+
+def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]]) -> tuple[
+        dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
+    """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`."""
+    pins = pins or {}
+    with_digest = patch.kind is Kind.replace or any(p.source_digest for p in pins.values())
+    found: dict[str, Union[Fingerprint, Missing]] = {}
+    out: list[Breakage] = []
+    target_id = None
+    for spec in target_specs(patch):
+        is_copy = spec in patch.copies and spec != patch.target  # `uses` are checked like targets
+        got = release.lookup(spec, with_digest)
+        found[spec] = got
+        pin = pins.get(spec)
+        if pin is not None:
+            out.extend(compare(patch.key, spec, pin, got, copy=is_copy))
+            home = new_home(got) if isinstance(got, Missing) and not is_copy and pin.kind != "absent" else None
+            if home is not None:  # moved or now inherited: what changed on the way, diffed where it is now
+                there = release.lookup(home, with_digest)
+                if not isinstance(there, Missing):
+                    out.extend(compare(patch.key, home, pin, there))
+        elif isinstance(got, Missing):
+            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
+        if isinstance(got, Missing):
+            continue
+        if spec == patch.target:
+            target_id = release.identity(spec)
+        elif is_copy and target_id is not None:
+            held = release.identity(spec)
+            if held is not None and held[0] != target_id[0]:
+                out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
+    return found, out
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The pins a patch is compared with: one manifest entry, and the release it was pinned from."""
+
+    vllm: str
+    entry: ManifestEntry
+    path: str = ""
+
+
+def older_entry(patch_id: str, manifests: dict[str, Manifest], version: str,
+                paths: Optional[dict[str, str]] = None) -> Optional[Baseline]:
+    """The entry of the newest manifest older than `version` that lists the patch."""
+    for v in sorted((v for v in manifests if Version(v) < Version(version)), key=Version, reverse=True):
+        for e in manifests[v].patches:
+            if e.patch.split("@")[0] == patch_id:
+                return Baseline(v, e, (paths or {}).get(v, ""))
+    return None
+
+
+def exact(manifests: dict[str, Any], version: str) -> Optional[str]:
+    want = Version(version)
+    return next((v for v in manifests if Version(v) == want or Version(v) == Version(want.base_version)), None)
+
+
+def retirement(release: Release, patch: Patch) -> tuple[Optional[str], list[Breakage]]:
+    """Why the patch can be retired on this release (None: it cannot), and a probe failure if any."""
+    rw = patch.retire_when
+    version = release.version()
+    if rw.vllm is not None and version is not None:
+        if SpecifierSet(rw.vllm).contains(Version(version), prereleases=True):
+            return f"retire_when.vllm {rw.vllm!r} contains {version}", []
+        return None, []
+    if rw.probe is not None:
+        try:
+            said = load_object(rw.probe)(release.probe_root())
+        except Exception as exc:  # a probe's failure is a finding, never swallowed
+            return None, [Breakage(BreakageKind.probe_error, patch.key, rw.probe,
+                                   detail=f"{type(exc).__name__}: {exc}")]
+        if said:
+            return (said if isinstance(said, str) else f"probe {rw.probe} detects the upstream fix"), []
+    return None, []
+
+
+@dataclass
+class PatchResult:
+    patch: str  # id@version checked (id alone when no version is pinned anywhere)
+    status: str  # ok | broken | not_applicable | unpinned
+    breakages: list[Breakage] = field(default_factory=list)
+    pins_from: Optional[str] = None  # the release whose pins were compared
+    note: str = ""
+    retire: Optional[str] = None
+    file: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return {"patch": self.patch, "status": self.status, "pins_from": self.pins_from, "note": self.note,
+                "retirable": self.retire, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One breakage as reported: once per target, with every patch it affects (in check order)."""
+
+    breakage: Breakage  # as found for the first of `patches`
+    patches: tuple[str, ...]
+
+    @property
+    def kind(self) -> BreakageKind:
+        return self.breakage.kind
+
+    @property
+    def target(self) -> str:
+        return self.breakage.target
+
+    def explain(self) -> str:
+        return f"{self.breakage.explain()} — affects {', '.join(self.patches)}"
+
+    def as_dict(self) -> dict:
+        d = self.breakage.as_dict()
+        del d["patch"]
+        return {**d, "patches": list(self.patches)}
+
+
+@dataclass
+class Report:
+    vllm: str
+    release: str
+    results: list[PatchResult]
+
+    @property
+    def breakages(self) -> list[Breakage]:
+        return [b for r in self.results for b in r.breakages]
+
+    def findings(self) -> list[Finding]:
+        """The breakages grouped by target (targets in the order first met): two patches pinned alike on
+        one target that changed are one finding naming both. Same finding: same kind and explanation."""
+        same: dict[tuple, tuple[Breakage, list[str]]] = {}
+        for b in self.breakages:
+            _, patches = same.setdefault((b.kind, b.explain()), (b, []))
+            if b.patch not in patches:
+                patches.append(b.patch)
+        by_target: dict[str, list[Finding]] = {}
+        for b, patches in same.values():
+            by_target.setdefault(b.target, []).append(Finding(b, tuple(patches)))
+        return [f for group in by_target.values() for f in group]
+
+    def exit_code(self) -> int:
+        return 1 if self.breakages else 0
+
+    def counts(self) -> dict[str, int]:
+        out = {"ok": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        out["retirable"] = sum(1 for r in self.results if r.retire)
+        return out
+
+
+def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
+          baseline: Optional[str] = None, paths: Optional[dict[str, str]] = None) -> Report:
+    """Compare every patch of the set with the release (see the module docstring for which pins)."""
+    version = release.version()
+    if version is None:
+        raise ReleaseError(f"cannot tell the version of {release.label}")
+    paths = paths or {}
+    own_key = None if baseline else exact(manifests, version)
+    own = manifests.get(own_key) if own_key else None
+    if baseline is not None:
+        bkey = exact(manifests, baseline)
+        if bkey is None:
+            raise ReleaseError(f"no manifest pins vLLM {baseline} (known: {', '.join(sorted(manifests, key=Version)) or 'none'})")
+    results = []
+    for pid in sorted({p.id for p in patch_set.patches.values()}):
+        newest = max(patch_set.by_id(pid), key=lambda p: p.version)
+        res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
+        patch = patch_set.patches.get(res.patch, newest)
+        res.file = patch_set.files.get(patch.key)
+        res.retire, probe_errors = retirement(release, patch)
+        res.breakages.extend(probe_errors)
+        if probe_errors and res.status == "ok":
+            res.status = "broken"
+        results.append(res)
+    return Report(version, release.label, results)
+
+
+def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths) -> PatchResult:
+    if baseline is not None:
+        bkey = exact(manifests, baseline)
+        m = manifests[bkey]
+        entry = next((e for e in m.patches if e.patch.split("@")[0] == pid), None)
+        na = next((n for n in m.not_applicable if n.patch == pid), None)
+        base = Baseline(bkey, entry, paths.get(bkey, "")) if entry else None
+        if base is None and na is not None:
+            return PatchResult(newest.key, "not_applicable", pins_from=bkey,
+                               note=f"not applicable on vLLM {bkey} (the baseline): {na.reason}")
+    elif own is not None:
+        na = next((n for n in own.not_applicable if n.patch == pid), None)
+        if na is not None:
+            res = PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
+            if newest.required and not na.reason.startswith("by hand:"):
+                # marked by a tool, not decided by a reviewer: models that need it cannot serve here
+                res.breakages.append(Breakage(BreakageKind.required_not_applicable, newest.key,
+                                              newest.target or pid, detail=na.reason))
+            return res
+        entry = next((e for e in own.patches if e.patch.split("@")[0] == pid), None)
+        if entry is None:
+            base = older_entry(pid, manifests, version, paths)
+            res = _compare_entry(release, patch_set, base, newest) if base else _unpinned(release, newest)
+            res.breakages.append(Breakage(
+                BreakageKind.unpinned, res.patch, newest.target or pid,
+                detail=f"manifest for vLLM {own_key} neither lists {pid} nor marks it not applicable "
+                       f"(run `vllm-patchkit pin --vllm {own_key}`)"))
+            res.status = "unpinned"
+            return res
+        base = Baseline(own_key, entry, paths.get(own_key, ""))
+    else:
+        base = older_entry(pid, manifests, version, paths)
+    if base is None:
+        res = _unpinned(release, newest)
+        where = f"the manifest for vLLM {baseline} does not list {pid}" if baseline is not None else \
+            f"no manifest older than vLLM {version} lists {pid}"
+        res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid, detail=where))
+        res.status = "unpinned"
+        return res
+    return _compare_entry(release, patch_set, base, newest)
+
+
+def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchResult:
+    patch = patch_set.patches[base.entry.patch]
+    _, breakages = examine(release, patch, dict(base.entry.targets))
+    note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
+    return PatchResult(patch.key, "broken" if breakages else "ok", breakages, pins_from=base.vllm, note=note)
+
+
+def _unpinned(release, patch: Patch) -> PatchResult:
+    _, breakages = examine(release, patch, None)  # at least: do the targets exist?
+    return PatchResult(patch.key, "unpinned", breakages)
