@@ -20,6 +20,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(rid)
         return status_mod.OK
     run = status_mod.load_run(base, args.run)
+    if args.sets:
+        run = status_mod.narrow(run, set(args.sets))
     if args.json:
         print(status_mod.to_json(run, args.min_steps))
     else:
@@ -36,6 +38,8 @@ def add_status(sub) -> None:
     p.add_argument("--dir", help="status directory (default: $VLLM_PATCHKIT_STATUS_DIR or the per-user default)")
     p.add_argument("--min-steps", type=int, default=8, help="engine steps before a per_step patch with 0 calls is inert")
     p.add_argument("--all", action="store_true", help="also show patches skipped because they belong to another process")
+    p.add_argument("--set", action="append", metavar="NAME", dest="sets",
+                   help="only the patches of this patch set (repeatable); start-up errors are always shown")
     p.set_defaults(func=cmd_status)
 
 

@@ -19,18 +19,27 @@ from .sigdiff import Param, compare, diff_signatures, missing_breakages, parse_s
 
 
 # -- the verb -----------------------------------------------------------------------------------
-def read_manifests(directory: Path, patch_set: PatchSet, *, strict: bool = True) -> tuple[dict[str, Manifest], dict[str, str]]:
-    """Manifests by release. Strict: through `manifest.load_manifests` (every pin present and known)."""
+def read_manifests(directories, patch_set: PatchSet, *, strict: bool = True) -> tuple[dict[str, Manifest], dict[str, str]]:
+    """Manifests by release, merged across the sets' folders. Strict: through `manifest.load_manifests`
+    (every pin present and known); otherwise only parsed (pin reads what it is about to replace)."""
     from .declare import parse_manifest
     from .manifest import load_manifests
 
+    dirs = [Path(directories)] if isinstance(directories, (str, Path)) else [Path(d) for d in directories]
     if strict:
-        loaded = load_manifests([directory], patch_set)
+        loaded = load_manifests(dirs, patch_set)
         return {v: l.manifest for v, l in loaded.items()}, {v: l.path for v, l in loaded.items()}
     out, paths = {}, {}
-    for path in sorted(Path(directory).glob("*.yaml")):
-        m = parse_manifest(path)
-        out[m.vllm], paths[m.vllm] = m, str(path)
+    for d in dirs:
+        for path in sorted(d.glob("*.yaml")):
+            m = parse_manifest(path)
+            if m.vllm in out:
+                base = out[m.vllm]
+                m = base.model_copy(update={"patches": [*base.patches, *m.patches],
+                                            "not_applicable": [*base.not_applicable, *m.not_applicable]})
+            else:
+                paths[m.vllm] = str(path)
+            out[m.vllm] = m
     return out, paths
 
 
@@ -39,16 +48,20 @@ def add_release_args(p) -> None:
                    f"installed is read from its wheel in ${WHEEL_CACHE_ENV} (default ~/.cache/vllm-patchkit/wheels); "
                    "with --source: the version of the source when it does not say")
     p.add_argument("--source", metavar="WHEEL_OR_DIR", help="read the release statically from a wheel or source tree")
-    p.add_argument("--patch-dir", action="append", type=Path, help="patch folder (repeatable; default: the shipped set)")
-    p.add_argument("--manifest-dir", type=Path, help="manifest folder (default: the shipped manifests)")
+    p.add_argument("--set", action="append", metavar="NAME", dest="sets",
+                   help="only this installed patch set (repeatable; the framework's own `core` set is always in)")
+    p.add_argument("--patch-dir", action="append", type=Path,
+                   help="patch folder (repeatable; default: every installed patch set)")
+    p.add_argument("--manifest-dir", type=Path, help="manifest folder (default: each patch set's own manifests)")
 
 
-def patch_set_and_manifest_dir(args) -> tuple[PatchSet, Path]:
+def patch_set_and_manifest_dir(args) -> tuple[PatchSet, list[Path]]:
     """The patch set and manifest folder the command works on; a folder the user names must exist
     (a typo must not read as "nothing there"), and each `--patch-dir` must hold at least one patch
     (else the command would report on nothing)."""
-    from .declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+    from .declare import load_patch_set, manifest_dirs
     from .errors import PatchkitError
+    from .patchsets import discover
 
     def _given_folder(option: str, path: Path, expected: str) -> None:
         if not path.exists():
@@ -62,15 +75,18 @@ def patch_set_and_manifest_dir(args) -> tuple[PatchSet, Path]:
             raise PatchkitError(f"--patch-dir {d}: holds no patch (*.yaml with an id)")
     if args.manifest_dir is not None:
         _given_folder("--manifest-dir", args.manifest_dir, "a folder of manifests, vllm-VERSION.yaml")
-    return load_patch_set(args.patch_dir or builtin_patch_dirs()), args.manifest_dir or builtin_manifest_dir()
+    if args.patch_dir:
+        return load_patch_set(args.patch_dir), [args.manifest_dir] if args.manifest_dir else []
+    sources = discover(getattr(args, "sets", None))
+    return load_patch_set(sources), [args.manifest_dir] if args.manifest_dir else manifest_dirs(sources)
 
 
 def cmd_check(args) -> int:
     from .errors import PatchkitError
 
     try:
-        ps, mdir = patch_set_and_manifest_dir(args)
-        manifests, paths = read_manifests(mdir, ps)
+        ps, mdirs = patch_set_and_manifest_dir(args)
+        manifests, paths = read_manifests(mdirs, ps)
         release = open_release(args.vllm, args.source)
         report = check(release, ps, manifests, baseline=args.baseline, paths=paths)
     except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:

@@ -165,9 +165,20 @@ class PatchSet:
 
     patches: dict[str, Patch] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    set_of: dict[str, str] = field(default_factory=dict)  # key -> name of the patch set it came from
 
     def by_id(self, patch_id: str) -> list[Patch]:
         return [p for p in self.patches.values() if p.id == patch_id]
+
+    def requires_of(self, patch: Patch) -> list[str]:
+        """`requires` plus what its stage implies: a config-stage patch depends on the config-ready
+        point of each of its processes (the hooks marked `config_ready: true`)."""
+        out = list(patch.requires)
+        if patch.stage == "config":
+            for hook in self.patches.values():
+                if hook.config_ready and set(hook.processes) & set(patch.processes) and hook.id not in out:
+                    out.append(hook.id)
+        return out
 
 
 def _collect(errors: list, fn, *args):
@@ -190,12 +201,14 @@ def _declared_id(path: Path) -> dict[str, str]:
     return {pid: str(path)} if isinstance(pid, str) else {}
 
 
-def load_patch_set(dirs: Iterable[Path]) -> PatchSet:
-    """Read every *.yaml under the given folders; check ids and `requires` across files."""
+def load_patch_set(dirs: Iterable) -> PatchSet:
+    """Read every *.yaml under the given folders (or patch-set sources); check ids and `requires` across files."""
     errors: list[DeclarationError] = []
     ps = PatchSet()
     broken: dict[str, str] = {}  # id -> file, of files that failed to load but say their id
     for d in dirs:
+        set_name = getattr(d, "name", None) if not isinstance(d, (str, Path)) else None
+        d = getattr(d, "patches", d)
         for path in sorted(Path(d).glob("*.yaml")):
             patch = _collect(errors, parse_patch, path)
             if patch is None:
@@ -208,6 +221,8 @@ def load_patch_set(dirs: Iterable[Path]) -> PatchSet:
                 continue
             ps.patches[patch.key] = patch
             ps.files[patch.key] = str(path)
+            if set_name is not None:
+                ps.set_of[patch.key] = set_name
     ids = {p.id for p in ps.patches.values()}
     for key, p in ps.patches.items():
         for i, dep in enumerate(p.requires):
@@ -228,9 +243,16 @@ def load_patch_set(dirs: Iterable[Path]) -> PatchSet:
     return ps
 
 
-def builtin_patch_dirs() -> list[Path]:
-    """The patch set shipped with this distribution (vllm_patchkit.patches)."""
-    return [Path(str(resources.files("vllm_patchkit.patches")))]
+def builtin_patch_dirs() -> list:
+    """Every installed patch set (the framework's own first), as sources `load_patch_set` reads."""
+    from .patchsets import discover
+
+    return discover(with_env=False)
+
+
+def manifest_dirs(sources: Iterable) -> list[Path]:
+    """The manifests folders of the given sources, the framework's first (it is the main one)."""
+    return [s.manifests for s in sources if getattr(s, "manifests", None) is not None]
 
 
 def builtin_manifest_dir() -> Path:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from packaging.version import Version
 
-from .declare import PatchSet, builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from .declare import PatchSet, load_patch_set, manifest_dirs
 from .knobs import KNOBS
 from .manifest import Loaded, load_manifests
 from .schema import Patch
@@ -55,6 +55,15 @@ def _releases(patch_id: str, manifests: dict[str, Loaded]) -> list[str]:
     return rows
 
 
+def _shown(file: str) -> str:
+    """A path as the docs show it: relative to the project holding it (stable across machines)."""
+    path = Path(file).resolve()
+    for parent in path.parents:
+        if (parent / "pyproject.toml").exists():
+            return path.relative_to(parent).as_posix()
+    return path.name
+
+
 def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
     lines = [HEADER, "# The patch set\n",
              "Every intervention on vLLM, one section per patch id (newest version shown).\n"]
@@ -72,6 +81,7 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         lines += [
             f"## {pid}\n",
             f"{p.summary.strip()}\n",
+            f"- **Patch set:** `{ps.set_of.get(p.key, '-')}`",
             f"- **Why:** {' '.join(p.why.split())}",
             f"- **Upstream:** {p.upstream}",
             f"- **Retire when:** {retire}",
@@ -98,7 +108,7 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         if p.env_vars:
             lines.append("- **Env vars read:** " + ", ".join(f"`{e.name}`" for e in p.env_vars))
         lines.append("- **Versions per vLLM release:** " + "; ".join(_releases(pid, manifests)))
-        lines.append(f"- **Declared in:** `patches/{Path(ps.files[p.key]).name}`\n")
+        lines.append(f"- **Declared in:** `{_shown(ps.files[p.key])}`\n")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -143,14 +153,17 @@ def render_manifests(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         lines.append(f"| `{pid}` | " + " | ".join(cells) + " |")
     if reasons:
         lines += ["", "## Not applicable\n", *reasons]
-    lines += ["", "## Files\n"] + [f"- vLLM {v}: `manifests/{Path(manifests[v].path).name}` "
+    lines += ["", "## Files\n"] + [f"- vLLM {v}: `{_shown(manifests[v].path)}` (merged with every set's manifest for vLLM {v}) "
                                    f"({manifests[v].manifest.generated_by})" for v in versions]
     return "\n".join(lines) + "\n"
 
 
 def generate(patch_dirs: Optional[list[Path]] = None, manifest_dir: Optional[Path] = None) -> dict[str, str]:
-    ps = load_patch_set(patch_dirs or builtin_patch_dirs())
-    ms = load_manifests([manifest_dir or builtin_manifest_dir()], ps)
+    from .patchsets import discover
+
+    sources = patch_dirs or discover(with_env=False)
+    ps = load_patch_set(sources)
+    ms = load_manifests([manifest_dir] if manifest_dir else manifest_dirs(sources), ps)
     return {
         "patches.md": render_patches(ps, ms),
         "env.md": render_env(ps),

@@ -119,11 +119,59 @@ def innermost(raw: Any) -> Any:
     return inspect.unwrap(raw) if callable(raw) else raw
 
 
+_SCALARS = {type(None): "N", bool: "b", int: "i", float: "f", str: "s", bytes: "y"}
+_MAX_ITEMS = 10_000
+
+
+def _canonical(value: Any, budget: list[int]) -> Optional[str]:
+    """A type-tagged, order-independent text of a simple literal; None for anything else."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
+    t = type(value)  # exact types: a subclass (an enum member, a str subclass) is not a simple literal
+    tag = _SCALARS.get(t)
+    if tag is not None:
+        if t is float:
+            return f"f:{value.hex()}"
+        if t is bytes:
+            return f"y:{len(value)}:{value.hex()}"
+        if t is str:
+            return f"s:{len(value)}:{value}"
+        return f"{tag}:{value!r}"
+    if t in (tuple, frozenset, dict):
+        items = value.items() if t is dict else value
+        parts = []
+        for item in items:
+            if t is dict:
+                k, v = _canonical(item[0], budget), _canonical(item[1], budget)
+                part = None if k is None or v is None else f"{k}={v}"
+            else:
+                part = _canonical(item, budget)
+            if part is None:
+                return None
+            parts.append(part)
+        if t is not tuple:
+            parts.sort()
+        return {tuple: "t", frozenset: "F", dict: "d"}[t] + f"{len(parts)}(" + ",".join(parts) + ")"
+    return None
+
+
+def value_digest(value: Any) -> Optional[str]:
+    """Digest of a simple literal (int, float, str, bytes, bool, None, and tuples, frozensets and
+    dicts of those); None for any other value (it is not pinned)."""
+    text = _canonical(value, [_MAX_ITEMS])
+    if text is None:
+        return None
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def live(raw: Any, owner_is_class: bool, with_digest: bool = False) -> Fingerprint:
-    """Fingerprint of an object as it is installed now (our own wrappers looked through)."""
+    """Fingerprint of an object as it is installed now (our own wrappers looked through).
+
+    A non-callable attribute holding a simple literal also gets its `value_digest`."""
     kind = raw_kind(raw, owner_is_class)
     if kind == "attribute":
-        return Fingerprint(kind=kind)
+        return Fingerprint(kind=kind, value_digest=value_digest(raw))
     func = innermost(raw)
     node = _parse_def(func)
     if node is not None:
@@ -193,14 +241,18 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
     return tuple(sorted(roots))
 
 
-def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
-    """`__wrapped__` layers that are neither upstream's nor ours: someone else's wrapper.
+UPSTREAM, DEPENDENCY, FOREIGN = "upstream", "dependency", "foreign"
+
+
+def classify_layers(raw: Any, upstream_module: str) -> list[tuple[str, str, str]]:
+    """Every `__wrapped__` layer above the upstream function but ours, outermost first, as
+    (name, where, label): `name` as `wrapper_layers` (and the pin) spells it; `where` is
+    UPSTREAM (code inside the upstream package), DEPENDENCY (in its declared dependencies or
+    the standard library) or FOREIGN (anywhere else); `label` says where the code is.
 
     Names cannot tell (`functools.wraps` copies the wrapped function's module and
     qualname), so a layer is judged by where its code is: a function layer by its
-    code object's file, a proxy object (wrapt) by its type's module. Upstream's own
-    decorators may come and go with optional dependencies (vLLM's `@instrument` is a
-    layer only when OpenTelemetry imports), so their presence is never a conflict.
+    code object's file, a proxy object (wrapt) by its type's module.
     """
     import os
     import sys
@@ -210,11 +262,15 @@ def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
     def inside(path: str, roots) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in roots)
 
-    def upstream_path(path: str) -> bool:
+    def where_is(path: Optional[str]) -> str:
+        if path is None:
+            return FOREIGN
         path = os.path.abspath(path)
         own = [os.path.abspath(p) for p in getattr(sys.modules.get(top), "__path__", [])]
         # cheap first: upstream's own package; its dependencies' folders only when needed
-        return inside(path, own) or inside(path, upstream_code_roots(top))
+        if inside(path, own):
+            return UPSTREAM
+        return DEPENDENCY if inside(path, upstream_code_roots(top)) else FOREIGN
 
     if isinstance(raw, (staticmethod, classmethod)):
         raw = raw.__func__
@@ -222,13 +278,44 @@ def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
     while hasattr(obj, "__wrapped__") and id(obj) not in seen:
         seen.add(id(obj))
         if not getattr(obj, "__vllm_patchkit__", None):
+            name = (f"{obj.__module__}.{obj.__qualname__}" if inspect.isfunction(obj)
+                    else f"{type(obj).__module__}.{type(obj).__qualname__}")
             if type(obj) is types.FunctionType:  # not isinstance: a wrapt proxy claims the wrapped class
-                if not upstream_path(obj.__code__.co_filename):
-                    out.append(f"{obj.__module__}.{obj.__qualname__} (code in {obj.__code__.co_filename})")
+                file = obj.__code__.co_filename
+                out.append((name, where_is(file), f"{obj.__module__}.{obj.__qualname__} (code in {file})"))
             else:
                 mod = sys.modules.get(type(obj).__module__)
-                where = getattr(mod, "__file__", None)
-                if where is None or not upstream_path(where):
-                    out.append(f"{type(obj).__module__}.{type(obj).__qualname__}")
+                out.append((name, where_is(getattr(mod, "__file__", None)),
+                            f"{type(obj).__module__}.{type(obj).__qualname__}"))
         obj = obj.__wrapped__
     return out
+
+
+def foreign_layers(raw: Any, upstream_module: str) -> list[str]:
+    """`__wrapped__` layers whose code is neither upstream's, its dependencies', nor ours:
+    someone else's wrapper (see `classify_layers`)."""
+    return [label for _, where, label in classify_layers(raw, upstream_module) if where == FOREIGN]
+
+
+def unpinned_layers(raw: Any, upstream_module: str, pinned: list[str]) -> list[str]:
+    """Layers with code in a dependency (torch, the stdlib, ...) that the pin does not account for.
+
+    A plugin wrapping a target with `torch.no_grad()` adds a layer whose code is torch's:
+    it was not there when the target was pinned, so it is someone else's. Each pinned
+    layer name accounts for one live layer of that name (innermost first). Layers whose
+    code is inside the upstream package are never counted here: upstream's own decorators
+    may come and go with optional dependencies (vLLM's `@instrument` is a layer only when
+    OpenTelemetry imports), in either direction between pin and run.
+    """
+    from collections import Counter
+
+    budget = Counter(pinned)
+    extra = []
+    for name, where, label in reversed(classify_layers(raw, upstream_module)):
+        if where != DEPENDENCY:
+            continue
+        if budget[name] > 0:
+            budget[name] -= 1
+        else:
+            extra.append(label)
+    return list(reversed(extra))

@@ -1,7 +1,7 @@
 """The loader: plan -> verify -> apply -> record, once per stage, in one process.
 
 Stage "import" runs from the plugin entry point; stage "config" runs at the
-process's config-ready point (see patches/core_config_ready.py). Within a
+process's config-ready point (see vllm_patchkit/core/config_ready.py). Within a
 stage every decision is made before anything is installed, so a required
 patch that cannot apply stops start-up with nothing half-applied.
 """
@@ -21,8 +21,9 @@ from typing import Any, Iterable, Optional
 from . import manifest as manifests_mod
 from .availability import Unavailable, allowed_unpatched, refusal_message, remedies, unavailable
 from .apply import Applied, install, set_env_default
-from .declare import PatchSet, builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from .declare import PatchSet, load_patch_set, manifest_dirs
 from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed, RequiredPatchUnavailable
+from .patchsets import CORE, discover
 from .preconditions import (Facts, config_facts, current_platform_name, held, unmet_at_config, unmet_at_import,
                             version_matches)
 from .record import (
@@ -131,12 +132,17 @@ class Loader:
         self._check_modules()
 
     @classmethod
-    def builtin(cls, *, role: str, extra_patch_dirs: Iterable[Path] = (), manifest_dir: Optional[Path] = None, **kw):
-        """The shipped patch set and manifests (plus any extra folders, e.g. a plugin's own)."""
-        extra = [Path(d) for d in extra_patch_dirs]
-        ps = load_patch_set([*builtin_patch_dirs(), *extra])
-        dirs = [manifest_dir or builtin_manifest_dir(), *(d / "manifests" for d in extra)]
-        ms = manifests_mod.load_manifests([d for d in dirs if d.is_dir()], ps)
+    def builtin(cls, *, role: str, sets: Optional[Iterable[str]] = None, manifest_dir: Optional[Path] = None,
+                with_env: bool = True, **kw):
+        """Every installed patch set (the framework's own first, then each entry point's, then the
+        folders in $VLLM_PATCHKIT_EXTRA_PATCHES) with their manifests. `sets` narrows by name;
+        `manifest_dir` stands in for every product set's manifests (tests simulate a release with it)."""
+        sources = discover(sets, with_env=with_env)
+        ps = load_patch_set(sources)
+        dirs = manifest_dirs(sources)
+        if manifest_dir is not None:
+            dirs = [s.manifests for s in sources if s.name == CORE and s.manifests] + [Path(manifest_dir)]
+        ms = manifests_mod.load_manifests(dirs, ps)
         return cls(ps, ms, role=role, **kw)
 
     # -- plan ---------------------------------------------------------------
@@ -158,8 +164,9 @@ class Loader:
             entry = listed.get(pid)
             patch = self.patch_set.patches[entry.patch] if entry else (fitting or versions)[-1]
             chosen[pid] = (patch, entry)
-            rec = PatchRecord(patch=patch.key, kind=patch.kind.value, required=patch.required, stage=patch.stage,
-                              target=patch.target, expected_calls=patch.expected_calls.value)
+            rec = PatchRecord(patch=patch.key, patch_set=self.patch_set.set_of.get(patch.key), kind=patch.kind.value,
+                              required=patch.required, stage=patch.stage, target=patch.target,
+                              expected_calls=patch.expected_calls.value)
             self.records[pid] = rec
             if entry is None:
                 why = unavailable(pid, m, self.loaded.path if self.loaded else None, self.manifest_note,
@@ -168,7 +175,7 @@ class Loader:
                     rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
                 else:
                     self.unavailable[pid] = why
-        graph = {pid: set(p.requires) & chosen.keys() for pid, (p, _) in chosen.items()}
+        graph = {pid: set(self.patch_set.requires_of(p)) & chosen.keys() for pid, (p, _) in chosen.items()}
         order = list(graphlib.TopologicalSorter(graph).static_order())
         stage_of: dict[str, str] = {}
         plan = []

@@ -27,6 +27,7 @@ too). Entries carried over from the existing manifest stay as they are.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,8 +220,34 @@ def render(m: Manifest) -> str:
 def write(m: Manifest, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"vllm-{m.vllm}.yaml"
-    path.write_text(render(m), encoding="utf-8")
+    schema = Path(__file__).resolve().parent / "schema" / "manifest.schema.json"
+    text = render(m).replace(HEADER, f"# yaml-language-server: $schema={os.path.relpath(schema, out_dir.resolve())}\n", 1)
+    path.write_text(text, encoding="utf-8")
     return path
+
+
+def split_by_set(m: Manifest, patch_set: PatchSet) -> dict[Optional[str], Manifest]:
+    """One manifest per patch set: each set pins its own patches in its own folder."""
+    out: dict[Optional[str], Manifest] = {}
+    for name in {patch_set.set_of.get(k) for k in patch_set.patches}:
+        mine = {k for k in patch_set.patches if patch_set.set_of.get(k) == name}
+        ids = {k.split("@")[0] for k in mine}
+        out[name] = m.model_copy(update={"patches": [e for e in m.patches if e.patch in mine],
+                                         "not_applicable": [n for n in m.not_applicable if n.patch in ids]})
+    return out
+
+
+def write_by_set(m: Manifest, patch_set: PatchSet, sets: Optional[list[str]]) -> list[Path]:
+    from .patchsets import discover
+
+    folders = {s.name: s.manifests for s in discover(sets)}
+    paths = []
+    for name, part in sorted(split_by_set(m, patch_set).items(), key=lambda kv: str(kv[0])):
+        folder = folders.get(name)
+        if folder is None:
+            raise PatchkitError(f"patch set {name!r} has no manifests folder to write to (give --out)")
+        paths.append(write(part, folder))
+    return paths
 
 
 def describe_source(release: Release, source: Optional[str]) -> str:
@@ -234,13 +261,18 @@ def describe_source(release: Release, source: Optional[str]) -> str:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     try:
-        ps, mdir = patch_set_and_manifest_dir(args)
-        manifests, _ = read_manifests(mdir, ps, strict=False)
+        ps, mdirs = patch_set_and_manifest_dir(args)
+        manifests, _ = read_manifests(mdirs, ps, strict=False)
         by_hand = parse_not_applicable(args.not_applicable)
         release = open_release(args.vllm, args.source)
         pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
                              not_applicable_by_hand=by_hand)
-        path = write(pinned.manifest, Path(args.out) if args.out else mdir)
+        if args.out or args.manifest_dir:
+            paths = [write(pinned.manifest, Path(args.out) if args.out else args.manifest_dir)]
+        elif args.patch_dir:
+            raise PatchkitError("--patch-dir needs --manifest-dir or --out (where to write the manifest)")
+        else:
+            paths = write_by_set(pinned.manifest, ps, args.sets)
     except RequiredPatchesDoNotFit as exc:
         print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
         return 1
@@ -250,8 +282,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
     for note in pinned.notes:
         print(f"  {note}")
     m = pinned.manifest
-    print(f"wrote {path}: {len(m.patches)} patch(es) listed, {len(m.not_applicable)} not applicable "
-          f"(from {release.label}); review the diff before committing")
+    print(f"wrote {', '.join(map(str, paths))}: {len(m.patches)} patch(es) listed, {len(m.not_applicable)} "
+          f"not applicable (from {release.label}); review the diff before committing")
     return 0
 
 

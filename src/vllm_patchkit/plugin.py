@@ -9,35 +9,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from pathlib import Path
 
 from . import envs, runtime
 from .flush import Flusher
 from .knobs import KNOBS
-from .errors import DeclarationError, PatchkitError, PatchSetErrors
+from .errors import PatchkitError
 from .loader import Loader
 from .record import ProcessRecord, default_status_dir, process_file, run_id, write_atomic
 from .process import detect_role
 
 log = logging.getLogger("vllm.patchkit")
-
-
-EXTRA_ENV = "VLLM_PATCHKIT_EXTRA_PATCHES"
-
-
-def extra_patch_dirs() -> list[Path]:
-    """Folders a plugin asked for; one that is missing or holds no patch is an error, never ignored."""
-    raw = os.environ.get(EXTRA_ENV, "")
-    dirs = [Path(p) for p in raw.split(os.pathsep) if p]
-    errors = []
-    for d in dirs:
-        if not d.is_dir():
-            errors.append(DeclarationError(EXTRA_ENV, str(d), "no such folder (expected a folder of patch YAML files)"))
-        elif not any(d.glob("*.yaml")):
-            errors.append(DeclarationError(EXTRA_ENV, str(d), "holds no patch (expected *.yaml patch files)"))
-    if errors:
-        raise PatchSetErrors(errors)
-    return dirs
 
 
 def _record_startup_error(role: str, exc: BaseException) -> None:
@@ -69,7 +50,7 @@ def register() -> None:
         return  # vLLM's throw-away model-inspection subprocess: nothing of ours runs there
     envs.register(KNOBS, constant=True)  # never part of vLLM's compile cache key
     try:
-        loader = Loader.builtin(role=role, extra_patch_dirs=extra_patch_dirs())
+        loader = Loader.builtin(role=role)
     except PatchkitError as exc:
         _record_startup_error(role, exc)
         log.error("vllm-patchkit: start-up stopped in %s (pid %d): %s", role, os.getpid(), exc)

@@ -68,13 +68,17 @@ class ContractFailure(AssertionError):
 class ContractCollector(pytest.Collector):
     """Reads the patch set and the manifest of the installed vLLM; yields the items."""
 
-    def _dirs(self) -> tuple[list[Path], Path]:
-        from .declare import builtin_manifest_dir, builtin_patch_dirs
+    def _dirs(self) -> tuple[list, list[Path]]:
+        from .declare import manifest_dirs
+        from .patchsets import discover
 
         cfg = self.config
         patch_dirs = [Path(d) for d in (cfg.getoption("patchkit_patch_dir") or cfg.getini("patchkit_patch_dirs") or [])]
         mdir = cfg.getoption("patchkit_manifest_dir") or cfg.getini("patchkit_manifest_dir")
-        return patch_dirs or builtin_patch_dirs(), Path(mdir) if mdir else builtin_manifest_dir()
+        if patch_dirs:
+            return patch_dirs, [Path(mdir)] if mdir else []
+        sources = discover(with_env=False)
+        return sources, [Path(mdir)] if mdir else manifest_dirs(sources)
 
     def collect(self) -> list:
         from .contracts import installed_version
@@ -82,10 +86,10 @@ class ContractCollector(pytest.Collector):
         from .errors import PatchkitError
         from .manifest import load_manifests, select
 
-        patch_dirs, mdir = self._dirs()
+        patch_dirs, mdirs = self._dirs()
         try:
             ps = load_patch_set(patch_dirs)
-            loaded = load_manifests([mdir], ps)
+            loaded = load_manifests(mdirs, ps)
             version = installed_version()
             if version is None:
                 raise PatchkitError("vLLM is not installed")

@@ -50,6 +50,7 @@ class PatchRecord(_Record):
     """What happened to one patch in one process, with the evidence."""
 
     patch: str  # id@version
+    patch_set: Optional[str] = None  # the name of the patch set it came from (see patchsets.py)
     kind: str
     required: bool
     stage: str

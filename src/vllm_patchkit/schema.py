@@ -170,6 +170,11 @@ class Patch(Strict):
     counts_steps: bool = Field(
         default=False, description="this patch's calls are the process's engine/worker step count (core patches)"
     )
+    config_ready: bool = Field(
+        default=False,
+        description="this hook is its process's config-ready point: every config-stage patch of that process "
+                    "depends on it implicitly (nobody writes `requires` for it)",
+    )
     observer: bool = Field(
         default=False,
         description="a pure counted forwarder the framework needs to learn what a model needs (config-ready points, "
@@ -226,6 +231,11 @@ class Fingerprint(Strict):
     source_digest: Optional[str] = None
     wrappers: list[str] = Field(
         default_factory=list, description="upstream decorator layers (`__wrapped__`) above the function"
+    )
+    value_digest: Optional[str] = Field(
+        default=None,
+        description="digest of a non-callable attribute's value when it is a simple literal (int, float, str, "
+                    "bytes, bool, None, and tuples, frozensets and dicts of those); absent: the value is not pinned",
     )
 
 

@@ -79,6 +79,14 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
     return run
 
 
+def narrow(run: Optional[Run], sets: set[str]) -> Optional[Run]:
+    """The run with only the patches of the named sets (process-level errors and warnings kept)."""
+    if run is None:
+        return None
+    procs = [{**p, "patches": [r for r in p.get("patches", []) if r.get("patch_set") in sets]} for p in run.processes]
+    return Run(run.run_id, procs, list(run.warnings))
+
+
 def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
     """A per-step patch that has not run once after the engine ran enough steps."""
     return (
@@ -161,7 +169,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
         return console.export_text()
     table = Table(title=f"vllm-patchkit status — run {run.run_id}", show_lines=False)
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
-    for col in ("process", "patch", "state", "calls", "reason / detail"):
+    for col in ("process", "set", "patch", "state", "calls", "reason / detail"):
         table.add_column(col, overflow="fold")
     for proc in run.processes:
         steps = proc.get("steps")
@@ -191,7 +199,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
             counted = rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied"
             calls = str(rec.get("calls", 0)) if counted else "-"
-            table.add_row(label, rec["patch"], state, calls, "; ".join(x for x in (reason, extra) if x))
+            table.add_row(label, rec.get("patch_set") or "-", rec["patch"], state, calls,
+                          "; ".join(x for x in (reason, extra) if x))
             label = ""
     console.print(table)
     code, problems = assess(run, min_steps)

@@ -6,10 +6,15 @@ patch's record; rendering is somebody else's job.
 
 from __future__ import annotations
 
+import linecache
+import os
+import re
 import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from . import convention
 from . import fingerprint as fp
 from .apply import ours
 from .schema import Fingerprint, Kind, ManifestEntry, Patch
@@ -33,30 +38,85 @@ class Verified:
     notes: list[Finding] = field(default_factory=list)
 
 
-def _compare(spec: str, pin: Fingerprint, live: Fingerprint) -> Optional[Finding]:
-    for name in ("kind", "signature", "source_digest"):
+def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None) -> Optional[Finding]:
+    for name in ("kind", "signature", "source_digest", "value_digest"):
         want, got = getattr(pin, name), getattr(live, name)
-        if name == "source_digest" and want is None:
+        if name in ("source_digest", "value_digest") and want is None:
             continue
         if want != got:
+            if name == "value_digest":
+                now = repr(value)
+                now = now if len(now) <= 80 else now[:77] + "..."
+                return Finding("fingerprint", f"{spec}: value changed since it was pinned (now {now})", want, got)
             return Finding("fingerprint", f"{spec}: {name} differs from the pin", want, got)
     return None
 
 
-def _replaced_by(spec: str, func: Any) -> Optional[str]:
+def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
+    """A `wrap`/`replace` installs a function: only a function or method (staticmethod and
+    classmethod kept as they are) can take one without changing what vLLM sees."""
+    if patch.kind not in (Kind.wrap, Kind.replace) or isinstance(raw, (staticmethod, classmethod)):
+        return None
+    t = type(raw)
+    tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if isinstance(raw, property):
+        what, found, remedy = "a property", "property", "declare kind: set, or wrap the property's fget"
+    elif isinstance(raw, type):
+        what, found, remedy = "a class", "class", ("a function in its place breaks isinstance, subclassing and its "
+                                                   "class attributes; wrap its __init__ or a method instead")
+    elif not callable(raw):
+        if hasattr(t, "__get__"):
+            what, found, remedy = (f"a {tname} descriptor, not a function", tname,
+                                   "declare kind: set, or wrap the function it holds")
+        else:
+            what, found, remedy = (f"a non-callable {tname} value", tname, "declare kind: set to change its value")
+    elif (place.owner_is_class and not isinstance(raw, types.FunctionType) and not hasattr(raw, "__wrapped__")
+          and not hasattr(t, "__get__")):
+        what, found, remedy = (f"a callable {tname} object on a class", tname,
+                               "a function in its place would be bound as a method and receive self; "
+                               "patch the function it calls")
+    else:
+        return None
+    return Finding("kind", f"{patch.target} is {what}; `{patch.kind.value}` supports functions and methods only "
+                           f"({remedy})", "a function or method", found)
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+_DATACLASS_METHODS = frozenset({"__init__", "__repr__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__",
+                                "__hash__", "__setattr__", "__delattr__", "__getstate__", "__setstate__"})
+
+
+def _replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
     """Where the function at the target was really defined, when that is not the target itself.
 
     A plain `setattr` replacement with the same signature has no `__wrapped__` layer to see;
-    its defining module or qualname gives it away.
+    its defining module or qualname gives it away, and when those were made to look like the
+    original's, its code does: the code object must come from the target module's file and
+    start at a `def` (or its decorators) there.
     """
-    import types
-
     if type(func) is not types.FunctionType:
         return None
     module, _, qualname = spec.partition(":")
-    if func.__module__ == module and func.__qualname__ == qualname:
-        return None
-    return f"{func.__module__}:{func.__qualname__} (code in {func.__code__.co_filename})"
+    code = func.__code__
+    if func.__module__ != module or func.__qualname__ != qualname:
+        return f"{func.__module__}:{func.__qualname__} (code in {code.co_filename})"
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None  # no source file to hold the code against
+    if (code.co_filename.startswith("<") and isinstance(owner, type) and "__dataclass_fields__" in owner.__dict__
+            and func.__name__ in _DATACLASS_METHODS):
+        return None  # generated by @dataclass for this class: it has no def in the file
+    if not _same_file(code.co_filename, file):
+        return f"{func.__module__}:{func.__qualname__} (code in {code.co_filename}, not in {file})"
+    if func.__name__ != "<lambda>":
+        line = linecache.getline(file, code.co_firstlineno)
+        if not re.match(rf"\s*(@|(async\s+)?def\s+{re.escape(func.__name__)}\b)", line):
+            return (f"{func.__module__}:{func.__qualname__} (code at {code.co_filename}:{code.co_firstlineno}, "
+                    f"which is not the def of {func.__name__})")
+    return None
 
 
 def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
@@ -68,32 +128,49 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         except TargetError as exc:
             return Finding("target", str(exc), patch.target, "missing")
         raw = place.get_raw()
+        misfit = _kind_misfit(patch, place, raw)
+        if misfit is not None:
+            return misfit
         pin = entry.targets.get(patch.target) if entry is not None else None
         if pin is None and entry is None and patch.observer:
             # Knowing what the model needs must not depend on a pin: an observing forwarder
             # is taken as it stands, compared with itself (its record says "unpinned").
-            pin = fp.live(raw, place.owner_is_class)
+            pin = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": fp.wrapper_layers(raw)})
         if pin is None:
             return Finding("unpinned", f"{patch.target} has no pin in the manifest", "a pinned fingerprint", None)
         mark = ours(raw)
         if mark == patch.key:
             out.already = True
         # Upstream's own decorator layers may come and go with optional dependencies
-        # (vLLM's @instrument needs OpenTelemetry): only a layer whose code lives outside
-        # the upstream package is someone else's wrapper.
-        foreign = fp.foreign_layers(raw, patch.target.partition(":")[0])
+        # (vLLM's @instrument needs OpenTelemetry): a layer whose code lives inside the
+        # upstream package is never a conflict. A layer whose code lives anywhere else is
+        # someone else's wrapper; one whose code is in a dependency (torch.no_grad(), the
+        # stdlib's functools.cache) is upstream's only when the pin has it.
+        upstream_module = patch.target.partition(":")[0]
+        foreign = fp.foreign_layers(raw, upstream_module)
         if foreign:
             return Finding("conflict", f"{patch.target} is wrapped by someone else; refusing to stack on it",
                            list(pin.wrappers), foreign)
+        added = fp.unpinned_layers(raw, upstream_module, list(pin.wrappers))
+        if added:
+            return Finding("conflict", f"{patch.target} carries a wrapper layer that was not there when it was "
+                           "pinned (its code is in a dependency of the upstream package, but the pin does not have "
+                           "it): someone else wrapped it; refusing to stack on it", list(pin.wrappers), added)
         live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None)
-        bad = _compare(patch.target, pin, live)
+        want = pin
+        if (patch.kind is Kind.set and pin.value_digest is not None and live.value_digest != pin.value_digest
+                and live.value_digest is not None and live.value_digest == fp.value_digest(patch.value)):
+            out.already = True  # the value this patch sets is there already (an earlier loader of this process)
+            want = pin.model_copy(update={"value_digest": None})
+        bad = _compare(patch.target, want, live, raw)
         if bad is not None:
             return bad
-        replaced = _replaced_by(patch.target, fp.innermost(raw))
+        replaced = _replaced_by(patch.target, fp.innermost(raw), place.owner)
         if replaced is not None:
             return Finding("conflict", f"{patch.target} was replaced by another object with the same signature; "
                            "refusing to patch it", patch.target, replaced)
         out.place = place
+        target_pin = pin
         original = fp.innermost(raw)
         for spec in patch.copies:
             try:
@@ -116,7 +193,9 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         if pin is None:
             return Finding("unpinned", f"{spec} (used by the implementation) has no pin in the manifest",
                            "a pinned fingerprint", None)
-        bad = _compare(spec, pin, fp.live(used.get_raw(), used.owner_is_class, with_digest=pin.source_digest is not None))
+        used_raw = used.get_raw()
+        bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None),
+                       used_raw)
         if bad is not None:
             return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
     if patch.implementation is not None:
@@ -126,6 +205,13 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
             return Finding("implementation", f"implementation {patch.implementation}: {exc}", "importable", "error")
         if not callable(out.impl) and patch.kind in (Kind.wrap, Kind.replace):
             return Finding("implementation", f"implementation {patch.implementation} is not callable", "callable", type(out.impl).__name__)
+        if patch.kind in (Kind.wrap, Kind.replace) and out.place is not None and target_pin.signature:
+            # the implementation must accept every call vLLM can make to the target
+            found = convention.problems(out.impl, target_pin.signature, kind=patch.kind.value,
+                                        name=patch.implementation, target_kind=target_pin.kind)
+            if found:
+                return Finding("convention", convention.reason(found), target_pin.signature,
+                               convention.signature_text(out.impl))
     return out
 
 

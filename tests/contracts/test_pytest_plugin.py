@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from vllm_patchkit.contracts import installed_root, installed_version
-from vllm_patchkit.declare import builtin_manifest_dir
+from vllm_patchkit.declare import builtin_patch_dirs, manifest_dirs
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
@@ -26,7 +26,15 @@ def run_pytest(folder, *args, timeout=300):
 
 
 def shipped_manifest() -> dict:
-    return yaml.safe_load((builtin_manifest_dir() / f"vllm-{installed_version()}.yaml").read_text())
+    """The installed release's manifest as the plugin sees it: every patch set's, merged."""
+    merged = {"vllm": installed_version(), "generated_by": "test (merged)", "patches": [], "not_applicable": []}
+    for d in manifest_dirs(builtin_patch_dirs()):
+        path = d / f"vllm-{installed_version()}.yaml"
+        if path.exists():
+            doc = yaml.safe_load(path.read_text())
+            merged["patches"] += doc["patches"]
+            merged["not_applicable"] += doc.get("not_applicable", [])
+    return merged
 
 
 def test_disabled_by_default(tmp_path):

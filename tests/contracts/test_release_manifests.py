@@ -11,14 +11,14 @@ from packaging.version import Version
 
 from vllm_patchkit.cli import main
 from vllm_patchkit.contracts import diff_signatures, read_manifests
-from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
 from vllm_patchkit.schema import Fingerprint
 from vllm_patchkit.static import Missing, StaticRelease
 
 from .helpers import cached_wheel_or_skip
 
 PATCH_SET = load_patch_set(builtin_patch_dirs())
-MANIFESTS, PATHS = read_manifests(builtin_manifest_dir(), PATCH_SET)
+MANIFESTS, PATHS = read_manifests(manifest_dirs(builtin_patch_dirs()), PATCH_SET)  # every set's, merged
 
 
 def test_there_are_manifests_for_the_three_releases():

@@ -243,11 +243,11 @@ class PatchLifecycle:
     """The permutations for one patch of a patch set, run in this (fresh) process."""
 
     def __init__(self, patch_id: str, role: str, order: str, checkpoints: dict[str, str], status_dir: str):
-        from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+        from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
         from vllm_patchkit.manifest import load_manifests
 
         self.ps = load_patch_set(builtin_patch_dirs())
-        self.manifests = load_manifests([builtin_manifest_dir()], self.ps)
+        self.manifests = load_manifests(manifest_dirs(builtin_patch_dirs()), self.ps)
         self.patch = max(self.ps.by_id(patch_id), key=lambda p: p.version)
         self.role, self.order = role, order
         self.checkpoints = checkpoints
@@ -270,7 +270,7 @@ class PatchLifecycle:
             if p in out:
                 continue
             out.append(p)
-            todo += [max(self.ps.by_id(r), key=lambda q: q.version) for r in p.requires]
+            todo += [max(self.ps.by_id(r), key=lambda q: q.version) for r in self.ps.requires_of(p)]
         return out
 
     def specs(self, p) -> list[str]:

@@ -51,9 +51,9 @@ def build_corpus() -> Corpus:
     valid by construction while other work changes the shipped manifests; one patch
     is moved to `not_applicable` so that section is mutated too.
     """
-    (pdir,) = builtin_patch_dirs()
-    ps = load_patch_set([pdir])  # the base must be valid
-    texts = {p.name: p.read_text() for p in sorted(pdir.glob("*.yaml"))}
+    dirs = [s.patches for s in builtin_patch_dirs()]  # every installed set, the framework's own too
+    ps = load_patch_set(dirs)  # the base must be valid
+    texts = {p.name: p.read_text() for d in dirs for p in sorted(d.glob("*.yaml"))}
     docs = {n: yaml.safe_load(t) for n, t in texts.items()}
     file_of = {d["id"]: n for n, d in docs.items()}
     newest = {}

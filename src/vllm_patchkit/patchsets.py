@@ -1,0 +1,102 @@
+"""Patch sets: where patches come from. The framework's own set, then every installed distribution's.
+
+A distribution contributes a set through the entry-point group `vllm_patchkit.patch_sets`;
+the entry point names a `PatchSetSource` (or a callable returning one): the set's name, its
+patches folder, its manifests folder and its adapters package. The framework ships only
+its own observing hooks (`core`); a product's patches (this repository's DeepSeek-V4 set
+among them) arrive through the same entry point as any third party's. A set that is asked
+for but missing or empty is an error naming it, never an empty set.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .errors import DeclarationError, PatchSetErrors
+
+GROUP = "vllm_patchkit.patch_sets"
+EXTRA_ENV = "VLLM_PATCHKIT_EXTRA_PATCHES"
+CORE = "core"
+
+
+@dataclass(frozen=True)
+class PatchSetSource:
+    """One patch set: a name, a folder of patch YAML (+ modules), its manifests, its adapters."""
+
+    name: str
+    patches: Path
+    manifests: Optional[Path] = None
+    adapters: Optional[str] = None  # an importable package with the set's model adapters
+    origin: str = ""  # where it was declared (entry point, environment variable)
+
+
+def core_set() -> PatchSetSource:
+    """The framework's own hooks (config-ready points, step counters), pinned like any patch."""
+    here = Path(str(resources.files("vllm_patchkit.core")))
+    return PatchSetSource(CORE, here, here / "manifests", None, "vllm_patchkit (framework)")
+
+
+def _from_entry_point(ep) -> PatchSetSource:
+    where = f"entry point {ep.name} = {ep.value} (group {GROUP})"
+    try:
+        obj = ep.load()
+        src = obj() if callable(obj) and not isinstance(obj, PatchSetSource) else obj
+    except Exception as exc:  # a plugin's import error is reported as that plugin's, with its name
+        raise DeclarationError(where, "load", f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(src, PatchSetSource):
+        raise DeclarationError(where, "value", f"expected a PatchSetSource, got {type(src).__name__}")
+    return PatchSetSource(src.name, Path(src.patches), Path(src.manifests) if src.manifests else None,
+                          src.adapters, where)
+
+
+def installed_sets() -> list[PatchSetSource]:
+    """Every set contributed through the entry-point group, ordered by set name."""
+    eps = metadata.entry_points(group=GROUP)
+    return sorted((_from_entry_point(ep) for ep in eps), key=lambda s: s.name)
+
+
+def env_sets() -> list[PatchSetSource]:
+    """Folders named in $VLLM_PATCHKIT_EXTRA_PATCHES (quick experiments); each may hold manifests/."""
+    raw = os.environ.get(EXTRA_ENV, "")
+    out = []
+    for p in (Path(x) for x in raw.split(os.pathsep) if x):
+        out.append(PatchSetSource(f"extra:{p.name}", p, p / "manifests" if (p / "manifests").is_dir() else None,
+                                  None, EXTRA_ENV))
+    return out
+
+
+def check_sources(sources: Iterable[PatchSetSource]) -> list[PatchSetSource]:
+    """Every folder exists and holds a patch; set names are unique. All problems at once."""
+    sources = list(sources)
+    errors, seen = [], {}
+    for s in sources:
+        where = s.origin or s.name
+        if s.name in seen:
+            errors.append(DeclarationError(where, "name", f"patch set {s.name!r} also contributed by {seen[s.name]}"))
+        seen[s.name] = where
+        if not s.patches.is_dir():
+            errors.append(DeclarationError(where, str(s.patches), "no such folder (expected a folder of patch YAML files)"))
+        elif not any(s.patches.glob("*.yaml")):
+            errors.append(DeclarationError(where, str(s.patches), "holds no patch (expected *.yaml patch files)"))
+        if s.manifests is not None and not s.manifests.is_dir():
+            errors.append(DeclarationError(where, str(s.manifests), "no such manifests folder"))
+    if errors:
+        raise PatchSetErrors(errors)
+    return sources
+
+
+def discover(names: Optional[Iterable[str]] = None, *, with_env: bool = True) -> list[PatchSetSource]:
+    """The framework's set, the installed sets, the environment's folders; `names` narrows (core always)."""
+    sources = [core_set(), *installed_sets(), *(env_sets() if with_env else [])]
+    if names is not None:
+        wanted = set(names)
+        unknown = wanted - {s.name for s in sources}
+        if unknown:
+            raise DeclarationError("--set", ", ".join(sorted(unknown)),
+                                   f"no such patch set (installed: {', '.join(s.name for s in sources)})")
+        sources = [s for s in sources if s.name in wanted or s.name == CORE]
+    return check_sources(sources)
