@@ -3,7 +3,7 @@
 A distribution contributes a set through the entry-point group `vllm_patchkit.patch_sets`;
 the entry point names a `PatchSetSource` (or a callable returning one): the set's name, its
 patches folder, its manifests folder and its adapters package. The framework ships only
-its own observing hooks (`core`); a product's patches (this repository's DeepSeek-V4 set
+its own observing hooks (`core`); a product's patches (this repository's own set
 among them) arrive through the same entry point as any third party's. A set that is asked
 for but missing or empty is an error naming it, never an empty set.
 """

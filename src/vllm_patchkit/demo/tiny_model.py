@@ -3,7 +3,7 @@
 Why: end-to-end tests must really serve with vLLM, but no model can be
 downloaded here. A deterministic 2-layer Llama (head_dim 64, which the CPU
 attention accepts) loads in seconds. The architecture name in ``config.json`` is
-a parameter so the same weights can pose as ``DeepseekV4ForCausalLM`` for a
+a parameter so the same weights can pose as a plugin's architecture for a
 stand-in plugin class.
 """
 
