@@ -165,13 +165,15 @@ def value_digest(value: Any) -> Optional[str]:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def live(raw: Any, owner_is_class: bool, with_digest: bool = False) -> Fingerprint:
+def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: bool = False) -> Fingerprint:
     """Fingerprint of an object as it is installed now (our own wrappers looked through).
 
-    A non-callable attribute holding a simple literal also gets its `value_digest`."""
+    `with_value`: a non-callable attribute holding a simple literal also gets its `value_digest`
+    (opt-in, like `with_digest`: the static reader does not compute it, and a live and a static
+    fingerprint of the same release must compare equal)."""
     kind = raw_kind(raw, owner_is_class)
     if kind == "attribute":
-        return Fingerprint(kind=kind, value_digest=value_digest(raw))
+        return Fingerprint(kind=kind, value_digest=value_digest(raw) if with_value else None)
     func = innermost(raw)
     node = _parse_def(func)
     if node is not None:

@@ -156,7 +156,8 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
             return Finding("conflict", f"{patch.target} carries a wrapper layer that was not there when it was "
                            "pinned (its code is in a dependency of the upstream package, but the pin does not have "
                            "it): someone else wrapped it; refusing to stack on it", list(pin.wrappers), added)
-        live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None)
+        live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None,
+                       with_value=pin.value_digest is not None)
         want = pin
         if (patch.kind is Kind.set and pin.value_digest is not None and live.value_digest != pin.value_digest
                 and live.value_digest is not None and live.value_digest == fp.value_digest(patch.value)):
@@ -194,8 +195,8 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
             return Finding("unpinned", f"{spec} (used by the implementation) has no pin in the manifest",
                            "a pinned fingerprint", None)
         used_raw = used.get_raw()
-        bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None),
-                       used_raw)
+        bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None,
+                                          with_value=pin.value_digest is not None), used_raw)
         if bad is not None:
             return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
     if patch.implementation is not None:

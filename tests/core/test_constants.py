@@ -1,9 +1,10 @@
 """Pinned constants: a digest of a simple literal's value, so a changed value is found, not only a removal.
 
-`Fingerprint.value_digest` is recorded by `fingerprint.live` for a non-callable
-attribute holding an int, float, str, bytes, bool, None, or a tuple / frozenset /
-dict of those; verify compares it for the target (`kind: set`) and for `uses`.
-An absent digest (every manifest written before it existed) is not judged.
+`Fingerprint.value_digest` is computed by `fingerprint.live(..., with_value=True)` for a
+non-callable attribute holding an int, float, str, bytes, bool, None, or a tuple /
+frozenset / dict of those; verify compares it for the target (`kind: set`) and for
+`uses` whenever the pin has one. An absent digest (every manifest written before it
+existed) is not judged.
 Real vLLM constants: `vllm.v1.engine.core:HANDSHAKE_TIMEOUT_MINS`,
 `vllm.v1.core.kv_cache_utils:DEFAULT_NONE_HASH_SEED`, `Executor.uses_ray`.
 """
@@ -63,6 +64,19 @@ def kvu():
     kvu.DEFAULT_NONE_HASH_SEED, kvu._pool_bytes_per_block = saved
 
 
+def pinned_with_value(key: str, *specs: str) -> dict:
+    """A manifest entry as pinned from this vLLM, with the value digest of every constant."""
+    from vllm_patchkit.targets import resolve
+
+    entry = pinned_entry(key, *specs)
+    for spec in specs:
+        place = resolve(spec)
+        digest = fp.live(place.get_raw(), place.owner_is_class, with_value=True).value_digest
+        if digest is not None:
+            entry["targets"][spec]["value_digest"] = digest
+    return entry
+
+
 # -- the digest ------------------------------------------------------------------------------------
 def test_value_digest_of_simple_literals():
     d = fp.value_digest
@@ -89,12 +103,13 @@ def test_live_fingerprint_of_a_real_constant_has_its_digest():
 
     from vllm_patchkit.targets import resolve
 
-    f = fp.live(resolve(TIMEOUT).get_raw(), False)
+    f = fp.live(resolve(TIMEOUT).get_raw(), False, with_value=True)
     assert (f.kind, f.value_digest) == ("attribute", fp.value_digest(5)) and core.HANDSHAKE_TIMEOUT_MINS == 5
+    assert fp.live(resolve(TIMEOUT).get_raw(), False).value_digest is None  # opt-in, as the source digest
     pool = resolve(POOL)
-    assert fp.live(pool.get_raw(), False).value_digest is None  # functions: no value digest
+    assert fp.live(pool.get_raw(), False, with_value=True).value_digest is None  # functions: no value digest
     place = resolve(USES_RAY)
-    assert fp.live(place.get_raw(), True).value_digest == fp.value_digest(False)
+    assert fp.live(place.get_raw(), True, with_value=True).value_digest == fp.value_digest(False)
 
 
 def test_pin_writes_the_digest_and_manifests_without_it_still_load():
@@ -116,7 +131,7 @@ def set_doc(spec, value):
 
 
 def test_set_on_a_constant_whose_value_changed_upstream_fails(tmp_path, core):
-    entry = pinned_entry("s@1", TIMEOUT)
+    entry = pinned_with_value("s@1", TIMEOUT)
     assert entry["targets"][TIMEOUT]["value_digest"] == fp.value_digest(5)
     core.HANDSHAKE_TIMEOUT_MINS = 10  # the release changed it
     loader = make_loader(tmp_path, {"s": set_doc(TIMEOUT, 30)}, [entry])
@@ -129,7 +144,7 @@ def test_set_on_a_constant_whose_value_changed_upstream_fails(tmp_path, core):
 
 
 def test_set_on_an_unchanged_constant_applies_and_a_second_loader_sees_it_already_set(tmp_path, core):
-    entry = pinned_entry("s@1", TIMEOUT)
+    entry = pinned_with_value("s@1", TIMEOUT)
     first = make_loader(tmp_path / "1", {"s": set_doc(TIMEOUT, 30)}, [entry])
     first.run_import_stage()
     try:
@@ -150,7 +165,7 @@ def test_set_on_an_unchanged_constant_applies_and_a_second_loader_sees_it_alread
 def test_set_on_a_class_constant_that_changed_fails(tmp_path):
     import vllm.v1.executor.abstract as ex
 
-    entry = pinned_entry("s@1", USES_RAY)
+    entry = pinned_with_value("s@1", USES_RAY)
     saved = ex.Executor.__dict__["uses_ray"]
     ex.Executor.uses_ray = True
     try:
@@ -164,7 +179,7 @@ def test_set_on_a_class_constant_that_changed_fails(tmp_path):
 
 
 def test_a_pin_without_digest_does_not_judge_the_value(tmp_path, core):
-    entry = pinned_entry("s@1", TIMEOUT)
+    entry = pinned_with_value("s@1", TIMEOUT)
     del entry["targets"][TIMEOUT]["value_digest"]  # a manifest written before value digests
     core.HANDSHAKE_TIMEOUT_MINS = 10
     loader = make_loader(tmp_path, {"s": set_doc(TIMEOUT, 30)}, [entry])
@@ -178,7 +193,7 @@ def test_a_pin_without_digest_does_not_judge_the_value(tmp_path, core):
 
 def test_a_used_constant_whose_value_changed_fails_the_patch_using_it(tmp_path, kvu):
     doc = patch_doc(id="w", kind="wrap", target=POOL, uses=[SEED], processes=["frontend"])
-    entry = pinned_entry("w@1", POOL, SEED)
+    entry = pinned_with_value("w@1", POOL, SEED)
     assert entry["targets"][SEED]["value_digest"] == fp.value_digest("vllm-none-hash")
     kvu.DEFAULT_NONE_HASH_SEED = "another-seed"
     loader = make_loader(tmp_path, {"w": doc}, [entry])
