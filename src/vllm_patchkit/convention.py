@@ -124,6 +124,15 @@ def _after_original(params: list) -> Optional[list]:
     return [Param(p.name, p.kind, p.default, None if p.position is None else p.position - 1) for p in params[1:]]
 
 
+def _forwards_everything(sig: inspect.Signature, kind: str) -> bool:
+    """`(original, *args, **kwargs)` for a wrap, `(*args, **kwargs)` for a replace."""
+    P = inspect.Parameter
+    kinds = [p.kind for p in sig.parameters.values()]
+    if kind == "wrap" and kinds[:1] in ([P.POSITIONAL_ONLY], [P.POSITIONAL_OR_KEYWORD]):
+        kinds = kinds[1:]
+    return kinds == [P.VAR_POSITIONAL, P.VAR_KEYWORD]
+
+
 def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind: str = "wrap",
              name: Optional[str] = None, target_kind: Optional[str] = None) -> list[Problem]:
     """Every way the implementation would reject (or misbind) a call the target accepts.
@@ -134,12 +143,16 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind
     parameter is bound by Python, never passed by keyword). An empty list: it fits. A signature
     that cannot be read or parsed is not judged (empty list).
     """
-    target = _contracts().parse_signature(target_signature) if target_signature else None
-    if target is None:
+    if not target_signature:
         return []
     try:
         sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
     except (TypeError, ValueError):
+        return []
+    if _forwards_everything(sig, kind):
+        return []  # fits any target; and the plugin's start-up need not load the signature parser
+    target = _contracts().parse_signature(target_signature)
+    if target is None:
         return []
     who = f"implementation {name or _label(impl)}"
     params = _params(sig)
