@@ -37,6 +37,7 @@ class BreakageKind(str, Enum):
     unpinned = "unpinned"
     probe_error = "probe_error"
     required_not_applicable = "required_not_applicable"
+    value_changed = "value_changed"
 
 
 def _q(name: Any) -> str:
@@ -94,6 +95,8 @@ _EXPLAIN = {
         lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
     BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
     BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
+    BreakageKind.value_changed:
+        lambda b: f"value changed since it was pinned (digest {b.old} -> {b.new or 'none: no longer a simple literal'})",
     BreakageKind.required_not_applicable:
         lambda b: f"required patch {b.patch} is marked not applicable on this release ({b.detail}): a model that "
                   "needs it is refused at start-up; add a patch version that fits, or record a reviewer's decision "

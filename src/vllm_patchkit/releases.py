@@ -84,7 +84,7 @@ class LiveRelease:
             st = self.static().lookup(spec)  # the same tree read statically says where it went
             return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
         raw = place.get_raw()
-        f = fp.live(raw, place.owner_is_class, with_digest)
+        f = fp.live(raw, place.owner_is_class, with_digest, with_value=True)
         layers = fp.wrapper_layers(raw)
         return f.model_copy(update={"wrappers": layers}) if layers else f
 

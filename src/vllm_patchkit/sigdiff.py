@@ -151,6 +151,8 @@ def compare(patch: str, target: str, pin: Fingerprint, found: Union[Fingerprint,
             out.extend(diff_signatures(patch, target, pin.signature, found.signature))
     if pin.source_digest is not None and pin.source_digest != found.source_digest:
         out.append(Breakage(BreakageKind.source_changed, patch, target, old=pin.source_digest, new=found.source_digest))
+    if pin.value_digest is not None and pin.value_digest != found.value_digest:
+        out.append(Breakage(BreakageKind.value_changed, patch, target, old=pin.value_digest, new=found.value_digest))
     if list(pin.wrappers) != list(found.wrappers):
         out.append(Breakage(BreakageKind.wrappers_changed, patch, target, old=list(pin.wrappers), new=list(found.wrappers)))
     return out

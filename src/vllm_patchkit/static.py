@@ -184,6 +184,18 @@ def open_source(path: Union[str, Path]) -> Source:
     raise FileNotFoundError(f"{p}: no such wheel or source folder")
 
 
+def _literal_digest(node: ast.AST) -> Optional[str]:
+    """The value digest of a constant written as a literal (as `fingerprint.value_digest` of the live
+    value); None when the source does not spell a literal (a call, an expression, a property)."""
+    if not isinstance(node, ast.expr):
+        return None
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return fp.value_digest(value)
+
+
 # -- results ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Definition:
@@ -203,7 +215,7 @@ class Definition:
         if isinstance(self.node, ast.Lambda):
             return Fingerprint(kind=self.kind, signature=fp.render_arguments(self.node.args))
         if self.kind == "attribute":
-            return Fingerprint(kind="attribute")
+            return Fingerprint(kind="attribute", value_digest=_literal_digest(self.node))
         f = fp.from_def(self.node, self.kind, with_digest)
         return f.model_copy(update={"wrappers": list(self.wrappers)}) if self.wrappers else f
 

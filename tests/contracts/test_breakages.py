@@ -212,6 +212,7 @@ def test_every_kind_has_a_case():
         K.wrappers_changed, K.copy_gone, K.copy_differs, K.unpinned,
         K.probe_error,  # test_retire.py
         K.required_not_applicable,  # test_check_required_na.py
+        K.value_changed,
         K.positional_shift, K.target_inherited,  # test_drift_wording.py
     }
     assert covered == set(K)
@@ -227,3 +228,14 @@ def test_a_used_callable_is_checked_like_a_target_not_like_a_copy(scenario):
     assert set(s.pinned.manifest.patches[0].targets) == {"toy.utils:sizing", "toy.utils:auto_fit"}
     [b] = s.check().breakages  # no copy_differs: a used function is not a copy of the target
     assert b.kind is K.parameter_removed and b.target == "toy.utils:auto_fit" and b.parameter == "memory"
+
+
+def test_constant_value_changed(scenario):
+    """Pinning a constant records a digest of its value: a changed value is found, not only a removal."""
+    s = scenario({"toy/mod.py": "LIMIT = 8\n"}, {"toy/mod.py": "LIMIT = 16\n"},
+                 [patch_doc("p", "toy.mod:LIMIT", kind="set", value=4)])
+    pin = s.pinned.manifest.patches[0].targets["toy.mod:LIMIT"]
+    assert pin.kind == "attribute" and pin.value_digest.startswith("sha256:")
+    [b] = s.check().breakages
+    assert b.kind is K.value_changed
+    assert b.explain().startswith("toy.mod:LIMIT: value changed since it was pinned (digest sha256:")

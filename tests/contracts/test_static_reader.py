@@ -213,7 +213,7 @@ def wheel(tree, tmp_path_factory):
 def live_fingerprint(spec: str):
     place = resolve(spec)
     raw = place.get_raw()
-    f = fp.live(raw, place.owner_is_class, with_digest=True)
+    f = fp.live(raw, place.owner_is_class, with_digest=True, with_value=True)  # constants: value digests too
     layers = fp.wrapper_layers(raw)
     return f.model_copy(update={"wrappers": layers}) if layers else f
 
