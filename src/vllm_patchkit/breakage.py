@@ -38,6 +38,7 @@ class BreakageKind(str, Enum):
     probe_error = "probe_error"
     required_not_applicable = "required_not_applicable"
     value_changed = "value_changed"
+    convention_mismatch = "convention_mismatch"
 
 
 def _q(name: Any) -> str:
@@ -95,6 +96,7 @@ _EXPLAIN = {
         lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
     BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
     BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
+    BreakageKind.convention_mismatch: lambda b: f"the implementation does not fit the call convention: {b.detail}",
     BreakageKind.value_changed:
         lambda b: f"value changed since it was pinned (digest {b.old} -> {b.new or 'none: no longer a simple literal'})",
     BreakageKind.required_not_applicable:

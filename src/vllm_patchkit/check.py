@@ -71,11 +71,22 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             continue
         if spec == patch.target:
             target_id = release.identity(spec)
+            out.extend(_convention(patch, got))
         elif is_copy and target_id is not None:
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
     return found, out
+
+
+def _convention(patch: Patch, target: Fingerprint) -> list[Breakage]:
+    """The implementation must accept every call the release can make to the target (as at start-up)."""
+    from . import convention
+
+    return [Breakage(BreakageKind.convention_mismatch, patch.key, patch.target, parameter=p.parameter,
+                     new=p.code, detail=p.message)
+            for p in convention.problems_for(patch, target.signature, target_kind=target.kind)
+            if p.code != "implementation"]  # not importable where `check` runs: start-up's verify judges that
 
 
 @dataclass(frozen=True)

@@ -312,6 +312,7 @@ class Loader:
         result = verify(patch, entry)
         if isinstance(result, Finding):
             rec.set(FAILED, result.code, result.reason, result.expected, result.found)
+            rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
             if patch.required:
                 rec.detail["remedy"] = remedies(patch.id, self.vllm_version, self.manifests)
             return rec

@@ -18,6 +18,7 @@ from . import convention
 from . import fingerprint as fp
 from .apply import ours
 from .schema import Fingerprint, Kind, ManifestEntry, Patch
+from .sigdiff import compare as diff_pins
 from .targets import MISSING, Place, TargetError, load_object, resolve
 
 
@@ -27,6 +28,7 @@ class Finding:
     reason: str
     expected: Any = None
     found: Any = None
+    breakages: list = field(default_factory=list)  # the same `Breakage` values `check` reports, when there are any
 
 
 @dataclass
@@ -48,7 +50,11 @@ def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None) 
                 now = repr(value)
                 now = now if len(now) <= 80 else now[:77] + "..."
                 return Finding("fingerprint", f"{spec}: value changed since it was pinned (now {now})", want, got)
-            return Finding("fingerprint", f"{spec}: {name} differs from the pin", want, got)
+            # the words `check` uses: one Breakage per difference, explained per parameter
+            # (decorator layers are judged separately, as conflicts)
+            found = diff_pins("", spec, pin.model_copy(update={"wrappers": []}), live.model_copy(update={"wrappers": []}))
+            reason = "; ".join(b.explain() for b in found) or f"{spec}: {name} differs from the pin"
+            return Finding("fingerprint", reason, want, got, found)
     return None
 
 

@@ -212,7 +212,7 @@ def test_every_kind_has_a_case():
         K.wrappers_changed, K.copy_gone, K.copy_differs, K.unpinned,
         K.probe_error,  # test_retire.py
         K.required_not_applicable,  # test_check_required_na.py
-        K.value_changed,
+        K.value_changed, K.convention_mismatch,
         K.positional_shift, K.target_inherited,  # test_drift_wording.py
     }
     assert covered == set(K)
@@ -239,3 +239,18 @@ def test_constant_value_changed(scenario):
     [b] = s.check().breakages
     assert b.kind is K.value_changed
     assert b.explain().startswith("toy.mod:LIMIT: value changed since it was pinned (digest sha256:")
+
+
+def test_implementation_that_rejects_a_call_the_release_makes(scenario, tmp_path, monkeypatch):
+    """`check` judges the implementation against the release's signature, as start-up does: the seed's
+    real bug (a postprocess_sampled wrapper that renamed sampled_tokens) on a synthetic tree."""
+    (tmp_path / "toy_wrapper.py").write_text(
+        "def post(original, self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc):\n"
+        "    return original(self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tree = {"toy/runner.py": "class Runner:\n    def post(self, idx_mapping, sampled_tokens, num_sampled, "
+                             "num_rejected, query_start_loc=None):\n        pass\n"}
+    s = scenario(tree, tree, [patch_doc("p", "toy.runner:Runner.post", implementation="toy_wrapper:post")])
+    found = [b for b in s.check().breakages if b.kind is K.convention_mismatch]
+    assert {b.parameter for b in found} >= {"sampled_tokens", "query_start_loc"}
+    assert any("renamed parameter 'sampled_tokens' to 'tokens'" in b.explain() for b in found)

@@ -311,3 +311,21 @@ def test_stacking_order_on_one_target_is_recorded_and_shown(tmp_path, modules):
     assert "innermost first" in status.render(run)
     loader.unpatch()
     assert "stack" not in loader.records["kv"].detail
+
+
+def test_start_up_says_what_changed_in_checks_words(tmp_path, modules):
+    """One findings vocabulary: a signature mismatch at start-up is explained per parameter with the
+    same Breakage objects and words as `vllm-patchkit check` (it said "signature differs" before)."""
+    from vllm_patchkit.sigdiff import diff_signatures
+
+    entry = pinned_entry("kv@1", KV)
+    live_sig = entry["targets"][KV]["signature"]
+    entry["targets"][KV]["signature"] = "(vllm_config, kv_cache_specs)"
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [entry])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    words = [b.explain() for b in diff_signatures("", KV, "(vllm_config, kv_cache_specs)", live_sig)]
+    assert words and rec.reason == "; ".join(words)
+    assert "required parameter 'available_memory' added" in rec.reason
+    assert [f["kind"] for f in rec.findings if f["code"] == "breakage"] == ["required_parameter_added"]
+    assert all(f["patch"] == "kv@1" for f in rec.findings)

@@ -190,7 +190,7 @@ def test_target_replaced_with_another_signature(tmp_path, vllm_modules, patchkit
     doc = patch_doc(id="faulty", kind="wrap", target=target, processes=["engine_core"], required=required)
     loader = build_loader(tmp_path, doc, pins={target: pin}, status_dir=tmp_path / "status")
     exc = run(loader, required)
-    check_failed(loader, exc, required=required, code="fingerprint", words="signature differs from the pin",
+    check_failed(loader, exc, required=required, code="fingerprint", words="required parameter",
                  expected=pin["signature"], found=found, target=target, untouched=untouched, log=patchkit_log)
 
 
