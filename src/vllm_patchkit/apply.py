@@ -131,7 +131,7 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     applied = Applied(patch)
     raw = place.get_raw()
     if patch.kind is Kind.set:
-        place.set_raw(patch.value)
+        place.set_raw(impl if patch.value_from is not None else patch.value)
         applied.places.append((place, raw))
         return applied
     original = function_of(raw)

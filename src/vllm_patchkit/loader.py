@@ -195,7 +195,7 @@ class Loader:
         for patch, entry, _ in self.plan:
             if entry is None and patch.id in self.unavailable:
                 continue
-            named = [("target", patch.target), ("implementation", patch.implementation)]
+            named = [("target", patch.target), ("implementation", patch.implementation), ("value_from", patch.value_from)]
             named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
             named += [(f"uses[{i}]", c) for i, c in enumerate(patch.uses)]
             for fld, spec in named:

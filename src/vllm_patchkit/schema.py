@@ -158,6 +158,11 @@ class Patch(Strict):
     )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     value: Any = None
+    value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
+                    "resolved when the patch is verified; instead of a literal `value`",
+    )
     env_default: Optional[EnvDefault] = None
     message: Optional[str] = None
     processes: Annotated[list[Annotated[Process, Field(strict=False)]], Field(min_length=1)]
@@ -199,6 +204,10 @@ class Patch(Strict):
             raise ValueError("kind 'set' takes 'value', not 'implementation'")
         if k is not Kind.set and self.value is not None:
             raise ValueError(f"'value' is only for kind set, not {k.value!r}")
+        if k is not Kind.set and self.value_from is not None:
+            raise ValueError(f"'value_from' is only for kind set, not {k.value!r}")
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("give 'value' or 'value_from', not both")
         if self.copies and k not in (Kind.wrap, Kind.replace):
             raise ValueError("'copies' only make sense for wrap/replace")
         if self.id in self.requires:

@@ -205,6 +205,13 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
                                           with_value=pin.value_digest is not None), used_raw)
         if bad is not None:
             return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
+    if patch.value_from is not None:  # kind set with an object: it must import, and be what gets installed
+        try:
+            out.impl = load_object(patch.value_from)
+        except TargetError as exc:
+            return Finding("value_from", f"value_from {patch.value_from}: {exc}", "importable", "error")
+        if out.place is not None and out.place.get_raw() is out.impl:
+            out.already = True
     if patch.implementation is not None:
         try:
             out.impl = load_object(patch.implementation)
