@@ -243,6 +243,7 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "upstream", ""): EMPTY,
     ("Patch", "target", ""): BAD_SPEC,
     ("Patch", "implementation", ""): BAD_SPEC,
+    ("Patch", "value_from", ""): BAD_SPEC,
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
     ("Patch", "requires", "item"): BAD_ID,
