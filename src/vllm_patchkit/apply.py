@@ -77,7 +77,9 @@ def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], c
 
 
 def rewrap_descriptor(raw: Any, fn: Callable) -> Any:
-    """Keep staticmethod/classmethod-ness of a class attribute."""
+    """Keep staticmethod/classmethod-ness of a class attribute; a property stays a property (its getter wrapped)."""
+    if isinstance(raw, property):
+        return property(fn, raw.fset, raw.fdel, raw.__doc__)
     if isinstance(raw, staticmethod):
         return staticmethod(fn)
     if isinstance(raw, classmethod):
@@ -86,6 +88,8 @@ def rewrap_descriptor(raw: Any, fn: Callable) -> Any:
 
 
 def function_of(raw: Any) -> Any:
+    if isinstance(raw, property):
+        return raw.fget
     return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
 
 

@@ -63,10 +63,13 @@ def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
     classmethod kept as they are) can take one without changing what vLLM sees."""
     if patch.kind not in (Kind.wrap, Kind.replace) or isinstance(raw, (staticmethod, classmethod)):
         return None
+    if isinstance(raw, property) and patch.kind is Kind.wrap and raw.fget is not None:
+        return None  # the getter is wrapped; the class keeps a property (apply.rewrap_descriptor)
     t = type(raw)
     tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     if isinstance(raw, property):
-        what, found, remedy = "a property", "property", "declare kind: set, or wrap the property's fget"
+        what, found, remedy = ("a property", "property", "`wrap` wraps a property's getter and keeps it a property; "
+                               "`replace` would put a function in its place; declare kind: set for a value")
     elif isinstance(raw, type):
         what, found, remedy = "a class", "class", ("a function in its place breaks isinstance, subclassing and its "
                                                    "class attributes; wrap its __init__ or a method instead")

@@ -94,18 +94,28 @@ def run(tmp_path, spec, kind="wrap", implementation=None, pin=True, count=True):
 
 
 # -- refused kinds ---------------------------------------------------------------------------------
-def test_wrap_on_a_property_is_refused_and_the_property_still_reads(tmp_path, executor):
+def test_wrap_on_a_property_wraps_its_getter_and_it_still_reads_as_a_value(tmp_path, executor):
+    """Issue 12: a real plugin patches properties. `wrap` wraps the getter, counted; the class keeps a
+    property (a value on read, not a bound function); unpatch puts back the very same property object."""
     spec = f"{EX}:Executor.is_sleeping"
     before = executor.Executor.__dict__["is_sleeping"]
     loader, rec = run(tmp_path, spec)
-    assert (rec.state, rec.code) == ("failed", "kind")
-    assert rec.reason == (f"{spec} is a property; `wrap` supports functions and methods only "
-                          "(declare kind: set, or wrap the property's fget)")
-    assert (rec.expected, rec.found) == ("a function or method", "property")
-    assert executor.Executor.__dict__["is_sleeping"] is before
+    assert rec.state == "applied", rec
+    now = executor.Executor.__dict__["is_sleeping"]
+    assert isinstance(now, property) and now is not before and now.fget.__wrapped__ is before.fget
     inst = object.__new__(concrete(executor.Executor))
     inst.sleeping_tags = {"weights"}
-    assert inst.is_sleeping is True  # still a value, not a bound function
+    assert inst.is_sleeping is True  # still a value, through the wrapper
+    inst.sleeping_tags = set()
+    assert inst.is_sleeping is False
+    loader.sync_calls()
+    assert rec.calls == 2
+    again = make_loader(tmp_path / "again", {"p": patch_doc(id="p", kind="wrap", target=spec, processes=["frontend"])},
+                        [pinned_entry("p@1", spec)])
+    again.run_import_stage()  # applying the same patch twice does not stack a second layer
+    assert executor.Executor.__dict__["is_sleeping"] is now
+    loader.unpatch()
+    assert executor.Executor.__dict__["is_sleeping"] is before
     # the remedy the refusal names works: kind set puts a value in the property's place
     doc = patch_doc(id="s", kind="set", target=spec, value=False, processes=["frontend"])
     setter = make_loader(tmp_path / "set", {"s": doc}, [pinned_entry("s@1", spec)])
@@ -122,6 +132,7 @@ def test_replace_on_a_property_is_refused(tmp_path, executor, impl_module):
     _, rec = run(tmp_path, spec, kind="replace", implementation=f"{mod}:is_sleeping")
     assert (rec.state, rec.code) == ("failed", "kind")
     assert rec.reason.startswith(f"{spec} is a property; `replace` supports functions and methods only")
+    assert "`wrap` wraps a property's getter and keeps it a property" in rec.reason
 
 
 def test_wrap_on_a_cached_property_is_refused(tmp_path, executor):
