@@ -28,22 +28,9 @@ SEED = "vllm.v1.core.kv_cache_utils:DEFAULT_NONE_HASH_SEED"
 USES_RAY = "vllm.v1.executor.abstract:Executor.uses_ray"
 POOL = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
 
+pytestmark = pytest.mark.usefixtures("undo_every_loader")
 
-@pytest.fixture(autouse=True)
-def _undo_every_loader(monkeypatch):
-    """Every loader a test makes is unpatched afterwards, whatever the test asserted."""
-    from . import helpers
 
-    made = []
-
-    def tracking(*args, **kwargs):
-        made.append(helpers.make_loader(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "make_loader", tracking)
-    yield
-    for loader in reversed(made):
-        loader.unpatch()
 
 
 @pytest.fixture

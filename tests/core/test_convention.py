@@ -30,22 +30,9 @@ POOL = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
 POST = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled"
 POOL_ON_0_32 = "(vllm_config, kv_cache_groups)"  # vLLM 0.32 added vllm_config in front (manifests/vllm-0.32.0.yaml)
 
+pytestmark = pytest.mark.usefixtures("undo_every_loader")
 
-@pytest.fixture(autouse=True)
-def _undo_every_loader(monkeypatch):
-    """Every loader a test makes is unpatched afterwards, whatever the test asserted."""
-    from . import helpers
 
-    made = []
-
-    def tracking(*args, **kwargs):
-        made.append(helpers.make_loader(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "make_loader", tracking)
-    yield
-    for loader in reversed(made):
-        loader.unpatch()
 
 
 def real_signature(spec: str) -> str:

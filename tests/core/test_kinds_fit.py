@@ -21,22 +21,9 @@ from .helpers import make_loader, patch_doc, pinned_entry
 
 EX = "vllm.v1.executor.abstract"
 
+pytestmark = pytest.mark.usefixtures("undo_every_loader")
 
-@pytest.fixture(autouse=True)
-def _undo_every_loader(monkeypatch):
-    """Every loader a test makes is unpatched afterwards, whatever the test asserted."""
-    from . import helpers
 
-    made = []
-
-    def tracking(*args, **kwargs):
-        made.append(helpers.make_loader(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "make_loader", tracking)
-    yield
-    for loader in reversed(made):
-        loader.unpatch()
 
 
 @pytest.fixture

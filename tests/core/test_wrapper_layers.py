@@ -29,22 +29,9 @@ POOL = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
 EXEC_MODEL = "vllm.v1.worker.gpu_worker:Worker.execute_model"
 EXEC_INIT = "vllm.v1.executor.abstract:Executor.__init__"
 
+pytestmark = pytest.mark.usefixtures("undo_every_loader")
 
-@pytest.fixture(autouse=True)
-def _undo_every_loader(monkeypatch):
-    """Every loader a test makes is unpatched afterwards, whatever the test asserted."""
-    from . import helpers
 
-    made = []
-
-    def tracking(*args, **kwargs):
-        made.append(helpers.make_loader(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "make_loader", tracking)
-    yield
-    for loader in reversed(made):
-        loader.unpatch()
 
 
 @pytest.fixture
