@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -107,12 +109,18 @@ class Applied:
     counter: Counter = field(default_factory=Counter)
 
     late_copies: list[str] = field(default_factory=list)  # declared copies not imported at install time
+    instances: Any = None  # `instances: true`: the objects patched at construction (weakly held)
     installed: Any = None  # the function we installed
     original: Any = None
 
     def undo(self) -> None:
         for place, original in reversed(self.places):
             place.set_raw(original)
+        method = self.patch.target.rpartition(".")[2] if self.patch.instances else None
+        for obj in list(self.instances or ()):  # objects made while patched: back to the class's method
+            bound = obj.__dict__.get(method)
+            if getattr(getattr(bound, "__func__", None), MARK, None) == self.patch.key:
+                del obj.__dict__[method]
         from .targets import TargetError, resolve
 
         for spec in self.late_copies:  # imported after install: they took our wrapper by value
@@ -130,8 +138,57 @@ class Applied:
                 os.environ[name] = previous
 
 
+def init_place(place: Place) -> Place:
+    """The `__init__` of the class owning `place` (in its own __dict__, MISSING when inherited)."""
+    module = place.spec.partition(":")[0]
+    return Place(f"{module}:{place.owner.__qualname__}.__init__", place.owner, "__init__")
+
+
+def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool) -> Applied:
+    """`instances: true`: wrap the class's __init__ so each new object gets the wrapped method as its own
+    attribute; whatever override its class has is wrapped (one closure per class, shared by its objects)."""
+    applied = Applied(patch)
+    cls, method = place.owner, place.attr
+    where = init_place(place)
+    raw_init = where.get_raw()
+    upstream_init = cls.__init__  # through the MRO when the class has no own __init__
+    made: dict[type, Callable] = {}
+    objects = weakref.WeakSet() if cls.__weakrefoffset__ else None
+    counter = applied.counter
+
+    def patched_init(self, *args, **kwargs):
+        upstream_init(self, *args, **kwargs)
+        kind = type(self)
+        fn = made.get(kind)
+        if fn is None:
+            original = function_of(inspect_getattr_static(kind, method))
+            fn = made[kind] = build_callable(patch, original, impl, counter, count)
+        self.__dict__[method] = types.MethodType(fn, self)
+        if objects is not None:
+            objects.add(self)
+
+    functools.update_wrapper(patched_init, upstream_init)
+    patched_init.__wrapped__ = upstream_init
+    setattr(patched_init, MARK, patch.key)
+    where.set_raw(patched_init)
+    applied.places.append((where, raw_init))
+    applied.instances = objects if objects is not None else ()
+    applied.installed, applied.original = patched_init, upstream_init
+    return applied
+
+
+def inspect_getattr_static(cls: type, name: str) -> Any:
+    """The method as the class (or a base) defines it, without binding it."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    raise AttributeError(f"{cls.__qualname__} has no attribute {name!r}")
+
+
 def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: bool) -> Applied:
     """Install at the target and at every declared copy that holds the original."""
+    if patch.instances:
+        return install_on_instances(patch, place, impl, count)
     applied = Applied(patch)
     raw = place.get_raw()
     if patch.kind is Kind.set:

@@ -228,6 +228,9 @@ class Loader:
         for rec in self.records.values():
             if rec.state != APPLIED or rec.target is None or rec.kind not in ("wrap", "replace"):
                 continue
+            patch = self.patch_set.patches.get(rec.patch)
+            if patch is not None and patch.instances:
+                continue  # set on each object: an override in its class is wrapped too, never shadowing it
             for used, by in find_shadowed(rec.target, in_use):
                 rec.findings.append({"code": "shadowed", "where": used, "by": by,
                                      "reason": f"{used} uses {by}'s override, which never calls up to {rec.target}"})
@@ -427,6 +430,9 @@ class Loader:
         for pid, applied in self.applied.items():
             calls = applied.counter.calls
             self.records[pid].calls = calls
+            if applied.patch.instances:
+                self.records[pid].detail["objects"] = (len(applied.instances) if applied.instances != () else
+                                                       "not tracked (the class takes no weak references)")
             total += calls
             if applied.patch.counts_steps:
                 steps = (steps or 0) + calls

@@ -158,6 +158,12 @@ class Patch(Strict):
     )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     value: Any = None
+    instances: bool = Field(
+        default=False,
+        description="kind wrap of a method: patch it on each instance as the instance is constructed (objects vLLM "
+                    "creates at run time: a connector, a KV-cache manager), not on the class; a subclass's override "
+                    "is wrapped too",
+    )
     value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
         description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
@@ -206,6 +212,8 @@ class Patch(Strict):
             raise ValueError(f"'value' is only for kind set, not {k.value!r}")
         if k is not Kind.set and self.value_from is not None:
             raise ValueError(f"'value_from' is only for kind set, not {k.value!r}")
+        if self.instances and (k is not Kind.wrap or self.target is None or "." not in self.target.partition(":")[2]):
+            raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method)")
         if self.value is not None and self.value_from is not None:
             raise ValueError("give 'value' or 'value_from', not both")
         if self.copies and k not in (Kind.wrap, Kind.replace):

@@ -148,6 +148,14 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         if pin is None:
             return Finding("unpinned", f"{patch.target} has no pin in the manifest", "a pinned fingerprint", None)
         mark = ours(raw)
+        if patch.instances:
+            if not place.owner_is_class or not place.owner.__dictoffset__:
+                return Finding("kind", f"{patch.target}: `instances: true` needs a method of a class whose objects "
+                                       "have a __dict__ (the wrapped method is set on each object)",
+                               "a method of a class with instance __dict__", type(place.owner).__name__)
+            from .apply import init_place
+
+            mark = ours(init_place(place).get_raw())
         if mark == patch.key:
             out.already = True
         # Upstream's own decorator layers may come and go with optional dependencies
