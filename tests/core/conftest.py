@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import textwrap
+import uuid
+
 import pytest
 
 
@@ -20,3 +24,20 @@ def undo_every_loader(request, monkeypatch):
     yield
     for loader in reversed(made):
         loader.unpatch()
+
+
+@pytest.fixture
+def impl_module(tmp_path, monkeypatch):
+    """Write an implementation module (a unique name per call) and return its import name."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made = []
+
+    def write(source: str) -> str:
+        name = f"impl_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        made.append(name)
+        return name
+
+    yield write
+    for name in made:
+        sys.modules.pop(name, None)

@@ -11,9 +11,6 @@ parameter. The rest of the rules run on synthetic signatures.
 from __future__ import annotations
 
 import inspect
-import sys
-import textwrap
-import uuid
 
 import pytest
 import yaml
@@ -40,21 +37,6 @@ def real_signature(spec: str) -> str:
     return fp.live(place.get_raw(), place.owner_is_class).signature
 
 
-@pytest.fixture
-def impl_module(tmp_path, monkeypatch):
-    """Write an implementation module (a unique name per call) and return its import name."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    made = []
-
-    def write(source: str) -> str:
-        name = f"conv_impl_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-        made.append(name)
-        return name
-
-    yield write
-    for name in made:
-        sys.modules.pop(name, None)
 
 
 def codes(found):

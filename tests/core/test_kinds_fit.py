@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import uuid
 
 import pytest
 
@@ -38,20 +37,6 @@ def executor():
     assert ex.__dict__["Executor"] is ex.Executor
 
 
-@pytest.fixture
-def impl_module(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    made = []
-
-    def write(source: str) -> str:
-        name = f"kinds_impl_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-        made.append(name)
-        return name
-
-    yield write
-    for name in made:
-        sys.modules.pop(name, None)
 
 
 def concrete(base):
