@@ -12,12 +12,24 @@ import sys
 
 ROLE_ENV = "VLLM_PATCHKIT_ROLE"
 
-# (path fragment of the calling file, function name) -> role
-_CALLERS = (
-    (os.path.join("v1", "engine", "core.py"), "__init__", "engine_core"),
-    (os.path.join("v1", "worker", "worker_base.py"), "init_worker", "worker"),
-    (os.path.join("model_executor", "models", "registry.py"), "_run", "inspect"),
+# The callers of `load_general_plugins()` that tell the roles apart, as `module:Qualname` specs.
+# Each is pinned as a `uses` of the framework's config-ready hook of that role (src/vllm_patchkit/core/),
+# so `vllm-patchkit check` and the manifests catch it when vLLM moves or renames it
+# (tests/core/test_plugin.py checks the two lists agree).
+CALLERS = (
+    ("vllm.v1.engine.core:EngineCore.__init__", "engine_core"),
+    ("vllm.v1.worker.worker_base:WorkerWrapperBase.init_worker", "worker"),
+    ("vllm.model_executor.models.registry:_run", "inspect"),
 )
+
+
+def _frame_key(spec: str) -> tuple[str, str]:
+    """(file path suffix, function name) of a spec, matched against a frame's code."""
+    module, _, qualname = spec.partition(":")
+    return os.path.join(*module.split(".")) + ".py", qualname.rpartition(".")[2]
+
+
+_CALLERS = tuple((*_frame_key(spec), role) for spec, role in CALLERS)
 
 
 def detect_role(max_depth: int = 40) -> str:

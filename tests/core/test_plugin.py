@@ -92,3 +92,21 @@ def test_framework_knobs_never_change_vllms_compile_cache_key(tmp_path):
         outs.append(out.stdout.split("FACTORS ", 1)[1].splitlines()[0])
     assert outs[0] == outs[1]
     assert "VLLM_PATCHKIT_RUN_ID" in outs[0]  # registered (vLLM knows it), but constant
+
+
+def test_role_detection_relies_only_on_pinned_callers():
+    """Issue 12: every caller process.py recognises a role by is a pinned `uses` of the framework's
+    config-ready hooks, and every shipped manifest pins it (so its drift is caught by check)."""
+    from vllm_patchkit.contracts import read_manifests
+    from vllm_patchkit.declare import load_patch_set, manifest_dirs
+    from vllm_patchkit.patchsets import core_set
+    from vllm_patchkit.process import CALLERS
+
+    core = core_set()
+    ps = load_patch_set([core])
+    used = {u for p in ps.patches.values() if p.config_ready for u in p.uses}
+    assert {spec for spec, _ in CALLERS} == used
+    manifests, _ = read_manifests(manifest_dirs([core]), ps)
+    for version, m in manifests.items():
+        pinned = {spec for e in m.patches for spec in e.targets}
+        assert used <= pinned, (version, used - pinned)
