@@ -628,7 +628,7 @@ def manifest_cases(draw, corpus: Corpus) -> Case:
         del entries[i]["targets"][spec]
         where, words = f"patches[{i}].targets", "no pin for"
     elif op == "extra_pin":
-        spec = draw(st.sampled_from(["vllm.config.vllm:VllmConfig.__init__", "vllm.v1.engine.core:EngineCore.__init__",
+        spec = draw(st.sampled_from(["vllm.config.vllm:VllmConfig.__init__", "vllm.v1.engine.core:EngineCore.shutdown",
                                      "some.module:thing"]))
         entries[i]["targets"][spec] = {"kind": "function", "signature": "()"}
         where, words = f"patches[{i}].targets.{spec}", "not a target"
