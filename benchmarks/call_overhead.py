@@ -17,7 +17,7 @@ Variants
                    wrapper counts the same way and calls `wrapped(*args, **kwargs)`
 - `pk wrap count`  this framework's `wrap` passthrough (no implementation), counting on
 - `pk wrap nocount`  the same with `count_calls: false`
-- `pk wrap impl`   a `wrap` with a trivial implementation `impl(original, *a, **kw)`, counting on
+- `pk wrap impl`   a `wrap` with a trivial implementation `impl(wrapped, instance, args, kwargs)`, counting on
 
 Method: rounds x variants, the variant order shuffled in every round; each sample
 is `--number` calls under `timeit` (gc off), timed by this process's CPU time
@@ -61,7 +61,7 @@ def _ident(variant: str) -> str:
 
 def target_module(folder: Path):
     """One function and one class per variant (identical bodies), plus the trivial implementation."""
-    src = ["def trivial(original, *args, **kwargs):\n    return original(*args, **kwargs)\n"]
+    src = ["def trivial(wrapped, instance, args, kwargs):\n    return wrapped(*args, **kwargs)\n"]
     for v in VARIANTS:
         i = _ident(v)
         src.append(textwrap.dedent(f"""

@@ -1,6 +1,8 @@
 """KV-config hook: size the KV pool of a model with per-request state slots (via its adapter).
 
-Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy). Per call:
+Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy): version 1 in
+``kv_cache_utils`` up to vLLM 0.32, version 2 in ``kv_cache_planning`` from 0.33 (see
+``get_kv_cache_configs_planning`` for what differs). Per call:
 
 1. **Pass through** untouched unless a registered adapter's proxy layer is among
    the KV specs (vLLM's own DeepSeek-V4/V4.1 and every other model).
@@ -21,28 +23,28 @@ Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy). Per call
    the tensors keep their size, so the slots keep their backing bytes.
 
 Every decision (numbers included) is logged once and noted in this patch's
-record (``detail.last_call``), so ``vllm-patchkit status --json`` shows it.
+record (``detail.last_call``, ``detail.decisions``) through the context, so
+``vllm-patchkit status --json`` shows it. The parameters it reads are declared
+in the YAML (``params``), the auto-fit helper it re-runs in ``uses`` (pinned).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from vllm_patchkit import runtime
-from vllm_patchkit.adapters import REGISTRY, ModelAdapter, Placement, Sizing
+from vllm_patchkit.adapters import ModelAdapter, Placement, Sizing
+from vllm_patchkit.context import PatchContext
 from vllm_patchkit.errors import Refusal
 
 log = logging.getLogger("vllm.patchkit")
 
 PATCH_ID = "kv-config-hook"
 NULL_BLOCKS = 1  # vLLM's BlockPool keeps block 0 as its null block
-#: vLLM's auto-fit helper this hook re-runs, and the parameters it must take.
+#: vLLM's auto-fit helper this hook re-runs (declared and pinned in the YAML's `uses`).
 AUTO_FIT = "_auto_fit_max_model_len"
-AUTO_FIT_PARAMS = ("vllm_config", "projected_groups_per_worker", "available_memory")
 
 
 class PoolTooSmall(Refusal):
@@ -191,41 +193,10 @@ def _is_image_group(adapter: ModelAdapter, group) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _note(detail: dict) -> None:
-    """Put the call's decision into this patch's record in this process (if a loader runs here)."""
-    loader = runtime.current()
-    rec = loader.records.get(PATCH_ID) if loader is not None else None
-    decisions = dict((rec.detail.get("decisions") if rec is not None else None) or {})
-    decisions[detail["decision"]] = decisions.get(detail["decision"], 0) + 1
-    runtime.note(PATCH_ID, last_call=detail, decisions=decisions)
-    if detail["decision"] == "refused":
-        runtime.refuse(PATCH_ID, detail.get("message") or "minimum KV pool not met")
-
-
-def _auto_fit():
-    """vLLM's own auto-fit helper, checked against the parameters this hook passes."""
-    from vllm.v1.core import kv_cache_utils
-
-    fn = getattr(kv_cache_utils, AUTO_FIT, None)
-    params = tuple(inspect.signature(fn).parameters) if fn is not None else None
-    if params != AUTO_FIT_PARAMS:
-        raise RuntimeError(
-            f"vllm-patchkit: {PATCH_ID}: vllm.v1.core.kv_cache_utils.{AUTO_FIT} takes {params}, this hook "
-            f"passes {AUTO_FIT_PARAMS}; this patch version does not fit the installed vLLM")
-    return fn
-
-
-def _bind(original, args: tuple, kwargs: dict):
-    bound = inspect.signature(original).bind(*args, **kwargs)
-    return bound.arguments["vllm_config"], bound.arguments["kv_cache_specs"], bound.arguments["available_memory"]
-
-
-def _with_specs(original, args: tuple, kwargs: dict, specs) -> tuple[tuple, dict]:
-    """The same call, passed the same way, with only `kv_cache_specs` replaced."""
-    if "kv_cache_specs" in kwargs:
-        return args, {**kwargs, "kv_cache_specs": specs}
-    index = list(inspect.signature(original).parameters).index("kv_cache_specs")
-    return args[:index] + (specs,) + args[index + 1:], kwargs
+def _decided(ctx: PatchContext, detail: dict) -> None:
+    """Count the call's decision and note it (with its numbers) in this patch's record."""
+    ctx.count("decisions." + detail["decision"])
+    ctx.note(last_call=detail)
 
 
 def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memory,
@@ -267,24 +238,52 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
     return plan
 
 
-def get_kv_cache_configs(original, *args, **kwargs):
-    """Wrap of vllm.v1.core.kv_cache_utils:get_kv_cache_configs (see the module docstring)."""
-    vllm_config, kv_cache_specs, available_memory = _bind(original, args, kwargs)
-    adapter = REGISTRY.for_kv_specs(kv_cache_specs)
-    if adapter is None:
-        _note({"decision": "passthrough", "reason": "no registered adapter's proxy layer among the KV specs",
-               "layers": sum(len(w) for w in kv_cache_specs)})
-        return original(*args, **kwargs)
+def get_kv_cache_configs(wrapped, instance, args, kwargs, ctx):
+    """Version 1: wrap of vllm.v1.core.kv_cache_utils:get_kv_cache_configs (vLLM < 0.33)."""
+    return _sized(wrapped, args, kwargs, ctx, regroup=None,
+                  refit=lambda vllm_config, groups, left: ctx.use(AUTO_FIT)(vllm_config, groups, left))
 
-    auto_fit = _auto_fit()
+
+def get_kv_cache_configs_planning(wrapped, instance, args, kwargs, ctx):
+    """Version 2: wrap of vllm.v1.core.kv_cache_planning:get_kv_cache_configs (vLLM >= 0.33).
+
+    There EngineCore groups the layers before the call (``global_kv_cache_groups``), from specs this hook
+    has not priced yet, so the priced specs are regrouped with vLLM's own ``get_global_kv_cache_groups``;
+    and the auto-fit helper takes the KV-cache-config builder vLLM plans with as its first argument."""
+
+    def regroup(args, kwargs, vllm_config, priced):
+        groups = ctx.use("get_global_kv_cache_groups")(vllm_config, priced)
+        return ctx.with_arg(args, kwargs, "global_kv_cache_groups", groups)
+
+    def refit(vllm_config, groups, left):
+        builder = ctx.use("get_kv_cache_config_builder")(vllm_config)
+        ctx.use(AUTO_FIT)(builder, vllm_config, groups, left)
+
+    return _sized(wrapped, args, kwargs, ctx, regroup=regroup, refit=refit)
+
+
+def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
+    """Steps 1-6 of the module docstring; `regroup`/`refit` are what differs between vLLM releases."""
+    vllm_config = ctx.arg(args, kwargs, "vllm_config")
+    kv_cache_specs = ctx.arg(args, kwargs, "kv_cache_specs")
+    available_memory = ctx.arg(args, kwargs, "available_memory")
+    adapter = ctx.adapters.for_kv_specs(kv_cache_specs)
+    if adapter is None:
+        _decided(ctx, {"decision": "passthrough", "reason": "no registered adapter's proxy layer among the KV specs",
+                       "layers": sum(len(w) for w in kv_cache_specs)})
+        return wrapped(*args, **kwargs)
+
     try:
         plan = plan_pool(adapter, vllm_config, kv_cache_specs, available_memory)
     except PoolTooSmall as exc:
-        _note({"decision": "refused", "adapter": adapter.name, "message": str(exc)})
-        raise
+        _decided(ctx, {"decision": "refused", "adapter": adapter.name, "message": str(exc)})
+        ctx.refuse(str(exc), exc=exc)
 
-    args, kwargs = _with_specs(original, args, kwargs, _priced_specs(adapter, kv_cache_specs, plan.page_bytes))
-    configs = original(*args, **kwargs)
+    priced = _priced_specs(adapter, kv_cache_specs, plan.page_bytes)
+    args, kwargs = ctx.with_arg(args, kwargs, "kv_cache_specs", priced)
+    if regroup is not None:
+        args, kwargs = regroup(args, kwargs, vllm_config, priced)
+    configs = wrapped(*args, **kwargs)
 
     for cfg in configs:
         if cfg.num_blocks != plan.physical:
@@ -303,11 +302,12 @@ def get_kv_cache_configs(original, *args, **kwargs):
         plan.max_model_len_vllm_alone = int(vllm_config.model_config.max_model_len)
         groups = [[g for g in cfg.kv_cache_groups if not _is_image_group(adapter, g)] for cfg in configs]
         left = [plan.left_for_history * plan.page_bytes if g else 0 for g in groups]
-        auto_fit(vllm_config, groups, left)
+        refit(vllm_config, groups, left)
     plan.max_model_len = int(vllm_config.model_config.max_model_len)
     if plan.left_for_history < plan.history_blocks(plan.max_model_len):
-        _note({"decision": "refused", "adapter": adapter.name, "plan": plan.as_dict()})
-        raise _refusal(plan, plan.max_model_len)
+        _decided(ctx, {"decision": "refused", "adapter": adapter.name, "plan": plan.as_dict()})
+        err = _refusal(plan, plan.max_model_len)
+        ctx.refuse(str(err), exc=err)
 
     for cfg in configs:
         cfg.num_blocks = plan.usable
@@ -321,5 +321,5 @@ def get_kv_cache_configs(original, *args, **kwargs):
         "" if plan.publishes else " (no image published)", plan.usable, plan.max_model_len,
         f" (re-fit; vLLM alone {plan.max_model_len_vllm_alone})" if plan.auto_fit else "",
     )
-    _note({"decision": "sized", "plan": plan.as_dict()})
+    _decided(ctx, {"decision": "sized", "plan": plan.as_dict()})
     return configs

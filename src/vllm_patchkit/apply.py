@@ -1,9 +1,14 @@
 """Apply: install a verified patch at its target (and every declared copy), and undo it.
 
 Wrappers are plain closures, not proxies: they cost a counter increment and
-one call, they forward `*args, **kwargs` untouched, and they carry
+one call, they hand vLLM's arguments on untouched, and they carry
 `__wrapped__` (so `inspect.unwrap` reaches upstream) and `__vllm_patchkit__`
 (so we recognise our own layer and never stack a second copy of it).
+
+A `wrap` implementation is called `impl(wrapped, instance, args, kwargs[, ctx])`
+(wrapt's vocabulary). Which closure stands at the target — a method's (the
+instance split off and the original bound to it) or a function's, with the
+context or without, counted or not — is decided once here, at install time.
 """
 
 from __future__ import annotations
@@ -48,30 +53,69 @@ def _passthrough(original: Callable) -> Callable:
     return patched
 
 
-def _counted_wrap(original: Callable, impl: Callable, counter: Counter) -> Callable:
-    def patched(*args, **kwargs):
-        counter.calls += 1
-        return impl(original, *args, **kwargs)
-
+def _method_wrap(original: Callable, impl: Callable, counter: Counter, ctx: Any, count: bool) -> Callable:
+    """A method, classmethod or property getter: args[0] of the raw call is the instance (or the class)."""
+    bind = types.MethodType
+    if ctx is not None and count:
+        def patched(instance, /, *args, **kwargs):
+            counter.calls += 1
+            return impl(bind(original, instance), instance, args, kwargs, ctx)
+    elif ctx is not None:
+        def patched(instance, /, *args, **kwargs):
+            return impl(bind(original, instance), instance, args, kwargs, ctx)
+    elif count:
+        def patched(instance, /, *args, **kwargs):
+            counter.calls += 1
+            return impl(bind(original, instance), instance, args, kwargs)
+    else:
+        def patched(instance, /, *args, **kwargs):
+            return impl(bind(original, instance), instance, args, kwargs)
     return patched
 
 
-def _uncounted_wrap(original: Callable, impl: Callable) -> Callable:
-    def patched(*args, **kwargs):
-        return impl(original, *args, **kwargs)
-
+def _function_wrap(original: Callable, impl: Callable, counter: Counter, ctx: Any, count: bool) -> Callable:
+    """A module function or staticmethod: no instance."""
+    if ctx is not None and count:
+        def patched(*args, **kwargs):
+            counter.calls += 1
+            return impl(original, None, args, kwargs, ctx)
+    elif ctx is not None:
+        def patched(*args, **kwargs):
+            return impl(original, None, args, kwargs, ctx)
+    elif count:
+        def patched(*args, **kwargs):
+            counter.calls += 1
+            return impl(original, None, args, kwargs)
+    else:
+        def patched(*args, **kwargs):
+            return impl(original, None, args, kwargs)
     return patched
 
 
-def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], counter: Counter, count: bool) -> Callable:
-    """The function that will stand at the target."""
+def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], counter: Counter, count: bool,
+                   ctx: Any = None, bound: bool = False) -> Callable:
+    """The function that will stand at the target.
+
+    `bound`: vLLM passes the instance (or class) first (a method, classmethod, property getter, or an
+    `instances: true` method); `ctx`: the patch's PatchContext, given to an implementation taking 5 parameters.
+    """
     if patch.kind is Kind.replace:
         # a private layer even uncounted: the mark must never land on the implementation object itself
         fn = _counted_passthrough(impl, counter) if count else _passthrough(impl)
     elif impl is None:
         fn = _counted_passthrough(original, counter) if count else _passthrough(original)
     else:
-        fn = _counted_wrap(original, impl, counter) if count else _uncounted_wrap(original, impl)
+        from .convention import wrap_takes_context
+
+        shape = wrap_takes_context(impl)
+        if shape is None:
+            raise TypeError(f"implementation {patch.implementation} cannot be called as "
+                            "impl(wrapped, instance, args, kwargs[, ctx])")
+        if shape and ctx is None:
+            from .context import PatchContext
+
+            ctx = PatchContext.detached(patch)
+        fn = (_method_wrap if bound else _function_wrap)(original, impl, counter, ctx if shape else None, count)
     functools.update_wrapper(fn, original)
     fn.__wrapped__ = original
     setattr(fn, MARK, patch.key)
@@ -112,6 +156,7 @@ class Applied:
     instances: Any = None  # `instances: true`: the objects patched at construction (weakly held)
     installed: Any = None  # the function we installed
     original: Any = None
+    ctx: Any = None  # the PatchContext its implementation is handed (a wrap with an implementation)
 
     def undo(self) -> None:
         for place, original in reversed(self.places):
@@ -144,11 +189,13 @@ def init_place(place: Place) -> Place:
     return Place(f"{module}:{place.owner.__qualname__}.__init__", place.owner, "__init__")
 
 
-def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool) -> Applied:
+def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool, ctx: Any = None) -> Applied:
     """`instances: true`: wrap the class's __init__ so each new object gets the wrapped method as its own
     attribute; whatever override its class has is wrapped (one closure per class, shared by its objects)."""
-    applied = Applied(patch)
+    applied = Applied(patch, ctx=ctx)
     cls, method = place.owner, place.attr
+    if ctx is not None:
+        ctx.bind_target(function_of(place.get_raw()), True)
     where = init_place(place)
     raw_init = where.get_raw()
     upstream_init = cls.__init__  # through the MRO when the class has no own __init__
@@ -162,7 +209,7 @@ def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool) -> 
         fn = made.get(kind)
         if fn is None:
             original = function_of(inspect_getattr_static(kind, method))
-            fn = made[kind] = build_callable(patch, original, impl, counter, count)
+            fn = made[kind] = build_callable(patch, original, impl, counter, count, ctx, bound=True)
         self.__dict__[method] = types.MethodType(fn, self)
         if objects is not None:
             objects.add(self)
@@ -185,18 +232,29 @@ def inspect_getattr_static(cls: type, name: str) -> Any:
     raise AttributeError(f"{cls.__qualname__} has no attribute {name!r}")
 
 
-def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: bool) -> Applied:
-    """Install at the target and at every declared copy that holds the original."""
+def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: bool, ctx: Any = None) -> Applied:
+    """Install at the target and at every declared copy that holds the original.
+
+    `ctx`: the PatchContext the loader made for this patch (a wrap with an implementation); a detached
+    one when installed without a loader, so its counters are kept on it.
+    """
+    if ctx is None and patch.kind is Kind.wrap and impl is not None:
+        from .context import PatchContext
+
+        ctx = PatchContext.detached(patch)
     if patch.instances:
-        return install_on_instances(patch, place, impl, count)
-    applied = Applied(patch)
+        return install_on_instances(patch, place, impl, count, ctx)
+    applied = Applied(patch, ctx=ctx)
     raw = place.get_raw()
     if patch.kind is Kind.set:
         place.set_raw(impl if patch.value_from is not None else patch.value)
         applied.places.append((place, raw))
         return applied
     original = function_of(raw)
-    fn = build_callable(patch, original, impl, applied.counter, count)
+    bound = place.owner_is_class and not isinstance(raw, staticmethod)
+    if ctx is not None:
+        ctx.bind_target(original, bound)
+    fn = build_callable(patch, original, impl, applied.counter, count, ctx, bound)
     new_raw = rewrap_descriptor(raw, fn)
     place.set_raw(new_raw)
     applied.places.append((place, raw))

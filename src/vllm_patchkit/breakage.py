@@ -117,10 +117,19 @@ class Breakage:
     old: Any = None
     new: Any = None
     detail: Optional[str] = None
+    # judged for `patch` by compat.judge: does this difference break this patch, and why (None: not judged)
+    breaking: bool = True
+    compat: Optional[str] = None
 
     def explain(self) -> str:
         return f"{self.target}: {_EXPLAIN[self.kind](self)}"
 
+    def verdict(self) -> str:
+        """`breaking` / `compatible`, with the reason when judged."""
+        word = "breaking" if self.breaking else "compatible"
+        return f"{word}: {self.compat}" if self.compat else word
+
     def as_dict(self) -> dict:
         return {"kind": self.kind.value, "patch": self.patch, "target": self.target, "parameter": self.parameter,
-                "old": self.old, "new": self.new, "explain": self.explain()}
+                "old": self.old, "new": self.new, "explain": self.explain(), "breaking": self.breaking,
+                "compat": self.compat}

@@ -31,6 +31,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .breakage import Breakage, BreakageKind
+from .compat import judge_all
 from .declare import PatchSet
 from .releases import Release, ReleaseError
 from .schema import Fingerprint, Kind, Manifest, ManifestEntry, Patch
@@ -76,7 +77,7 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
-    return found, out
+    return found, judge_all(patch, out)
 
 
 def _convention(patch: Patch, target: Fingerprint) -> list[Breakage]:
@@ -134,8 +135,12 @@ def retirement(release: Release, patch: Patch) -> tuple[Optional[str], list[Brea
 
 @dataclass
 class PatchResult:
+    """One patch on the release. `compatible`: only differences this patch survives, against an older
+    release's pins (pin carries it forward); `stale`: the same against the release's own manifest (the
+    loader compares pins exactly, so the manifest must be re-pinned)."""
+
     patch: str  # id@version checked (id alone when no version is pinned anywhere)
-    status: str  # ok | broken | not_applicable | unpinned
+    status: str  # ok | compatible | stale | broken | not_applicable | unpinned
     breakages: list[Breakage] = field(default_factory=list)
     pins_from: Optional[str] = None  # the release whose pins were compared
     note: str = ""
@@ -163,7 +168,7 @@ class Finding:
         return self.breakage.target
 
     def explain(self) -> str:
-        return f"{self.breakage.explain()} — affects {', '.join(self.patches)}"
+        return f"{self.breakage.explain()} — affects {', '.join(self.patches)} ({self.breakage.verdict()})"
 
     def as_dict(self) -> dict:
         d = self.breakage.as_dict()
@@ -186,7 +191,7 @@ class Report:
         one target that changed are one finding naming both. Same finding: same kind and explanation."""
         same: dict[tuple, tuple[Breakage, list[str]]] = {}
         for b in self.breakages:
-            _, patches = same.setdefault((b.kind, b.explain()), (b, []))
+            _, patches = same.setdefault((b.kind, b.explain(), b.breaking, b.compat), (b, []))
             if b.patch not in patches:
                 patches.append(b.patch)
         by_target: dict[str, list[Finding]] = {}
@@ -194,11 +199,16 @@ class Report:
             by_target.setdefault(b.target, []).append(Finding(b, tuple(patches)))
         return [f for group in by_target.values() for f in group]
 
+    @property
+    def failed(self) -> bool:
+        """A breaking difference, or a compatible one the release's own manifest has not re-pinned."""
+        return any(b.breaking for b in self.breakages) or any(r.status == "stale" for r in self.results)
+
     def exit_code(self) -> int:
-        return 1 if self.breakages else 0
+        return 1 if self.failed else 0
 
     def counts(self) -> dict[str, int]:
-        out = {"ok": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
+        out = {"ok": 0, "compatible": 0, "stale": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
         for r in self.results:
             out[r.status] = out.get(r.status, 0) + 1
         out["retirable"] = sum(1 for r in self.results if r.retire)
@@ -278,7 +288,16 @@ def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchRe
     patch = patch_set.patches[base.entry.patch]
     _, breakages = examine(release, patch, dict(base.entry.targets))
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
-    return PatchResult(patch.key, "broken" if breakages else "ok", breakages, pins_from=base.vllm, note=note)
+    if any(b.breaking for b in breakages):
+        status = "broken"
+    elif breakages:
+        own = Version(base.vllm) == Version(release.version() or "0")
+        status = "stale" if own else "compatible"
+        note = note or ("pins differ from the release by changes this patch survives: re-run `vllm-patchkit pin`"
+                        if own else "changes this patch survives: `vllm-patchkit pin` carries it forward")
+    else:
+        status = "ok"
+    return PatchResult(patch.key, status, breakages, pins_from=base.vllm, note=note)
 
 
 def _unpinned(release, patch: Patch) -> PatchResult:

@@ -86,6 +86,7 @@ def add_docs(sub) -> None:
 
 
 VERBS: list[Callable] = [add_status, add_schema, add_docs, add_check, add_pin]
+VERBS.append(__import__("vllm_patchkit.doctor", fromlist=["add_doctor"]).add_doctor)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,18 +1,16 @@
-"""Convention: the implementation must accept every call vLLM can make to the target.
+"""Convention: the implementation must take the calls vLLM makes, in the shape its kind promises.
 
-The manifest pins the target's signature (names, kinds, order, defaults), so an
-upstream change is a fingerprint failure. This module checks the other side: a
-wrapper written against the wrong signature (a parameter renamed, dropped,
-reordered or made required) breaks only when vLLM makes the call it rejects —
-a keyword call from another rank, a call that leaves out a defaulted argument —
-long after the loader said "applied".
-
-A `wrap` implementation is called as `impl(original, *args, **kwargs)` with
-exactly what vLLM passed to the target, so its parameters after the first are
-compared with the target's; a `replace` implementation is called as
-`impl(*args, **kwargs)` and all of its parameters are compared. A verbatim
-`(original, *args, **kwargs)` forwarder always fits; `*args` covers positional
-calls, but a keyword call still needs the parameter's name or `**kwargs`.
+A `wrap` implementation is called `impl(wrapped, instance, args, kwargs[, ctx])`
+(wrapt's vocabulary): vLLM's arguments arrive as one tuple and one dict, so any
+call vLLM makes fits, and what is judged is the shape (4 or 5 positional
+parameters) and the parameters the patch declares it reads (`params:`), each of
+which must be a parameter of the target's pinned signature. A `replace`
+implementation is called exactly like the target, `impl(*args, **kwargs)`: a
+replacement written against the wrong signature (a parameter renamed, dropped,
+reordered or made required) breaks only when vLLM makes the call it rejects — a
+keyword call from another rank, a call that leaves out a defaulted argument —
+long after the loader said "applied", so all its parameters are compared with
+the pinned signature.
 
 Every mismatch is one `Problem` value (code, parameter, message); `verify`
 turns them into a `convention` finding, and `problems_for` serves the `check`
@@ -38,7 +36,8 @@ _KINDS = {
 
 # problem codes, in the words of the rule each one breaks
 CODES = {
-    "original": "a wrap implementation must take the original as its first positional argument",
+    "shape": "a wrap implementation must take (wrapped, instance, args, kwargs[, ctx]) positionally",
+    "unknown_param": "a parameter declared in `params` is not a parameter of the target",
     "dropped": "a target parameter is not accepted at all",
     "renamed": "a target parameter is taken under another name (keyword callers break)",
     "reordered": "a position holds another parameter than the target's (positional callers bind the wrong argument)",
@@ -80,7 +79,7 @@ def _contracts():
 
 
 def signature_text(impl: Any) -> Optional[str]:
-    """`(original, self, x, y=None)`: the implementation's signature without annotations."""
+    """`(wrapped, instance, args, kwargs, ctx)`: the implementation's signature without annotations."""
     try:
         sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
     except (TypeError, ValueError):
@@ -111,37 +110,67 @@ def _params(sig: inspect.Signature) -> list:
     return out
 
 
-def _after_original(params: list) -> Optional[list]:
-    """The parameters that receive vLLM's arguments once `original` took the first positional slot."""
-    Param = _contracts().Param
-    if not params:
+def wrap_takes_context(impl: Any) -> Optional[bool]:
+    """The shape of a wrap implementation: False for `(wrapped, instance, args, kwargs)`, True with a 5th
+    `ctx`; None when it cannot be called that way (or its signature cannot be read)."""
+    try:
+        sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
+    except (TypeError, ValueError):
         return None
-    first = params[0]
-    if first.kind == VARPOS:  # `(*args, ...)`: the original is args[0], the rest as they are
-        return params
-    if first.kind not in (POSONLY, POSKW):
-        return None
-    return [Param(p.name, p.kind, p.default, None if p.position is None else p.position - 1) for p in params[1:]]
-
-
-def _forwards_everything(sig: inspect.Signature, kind: str) -> bool:
-    """`(original, *args, **kwargs)` for a wrap, `(*args, **kwargs)` for a replace."""
     P = inspect.Parameter
-    kinds = [p.kind for p in sig.parameters.values()]
-    if kind == "wrap" and kinds[:1] in ([P.POSITIONAL_ONLY], [P.POSITIONAL_OR_KEYWORD]):
-        kinds = kinds[1:]
-    return kinds == [P.VAR_POSITIONAL, P.VAR_KEYWORD]
+    positional = [p for p in sig.parameters.values() if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == P.VAR_POSITIONAL for p in sig.parameters.values()):
+        return None
+    if any(p.kind == P.KEYWORD_ONLY and p.default is p.empty for p in sig.parameters.values()):
+        return None
+    return {4: False, 5: True}.get(len(positional))
+
+
+def _forwards_everything(sig: inspect.Signature) -> bool:
+    """`(*args, **kwargs)`: a replacement that takes any call."""
+    P = inspect.Parameter
+    return [p.kind for p in sig.parameters.values()] == [P.VAR_POSITIONAL, P.VAR_KEYWORD]
+
+
+def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, params: tuple, patch: Optional[str],
+                   target_kind: Optional[str]) -> list[Problem]:
+    """A wrap: the 4/5-parameter shape, and every declared param a parameter of the target."""
+    out = []
+    if wrap_takes_context(sig) is None:
+        out.append(Problem("shape", None,
+                           f"{who} cannot be called as impl(wrapped, instance, args, kwargs) or impl(wrapped, instance, "
+                           f"args, kwargs, ctx): a wrap takes exactly 4 positional parameters, or 5 to get the "
+                           f"context; its signature is {signature_text(sig)}"))
+    if params:
+        target = _contracts().parse_signature(target_signature)
+        if target is None:
+            return out
+        names = [p.name for p in target if p.kind not in (VARPOS, VARKW)]
+        first = target[0] if target and target[0].positional else None
+        if first is not None and (target_kind in ("method", "classmethod") or (
+                target_kind not in ("function", "staticmethod") and first.name in ("self", "cls"))):
+            names = [n for n in names if n != first.name]  # the instance: `instance`, never a declared parameter
+        for name in params:
+            if name not in names:
+                out.append(Problem("unknown_param", name,
+                                   f"patch {patch or '?'} declares parameter '{name}' in `params`, but the target's "
+                                   f"signature {target_signature} has no such parameter"
+                                   + (" (the instance is `instance`, not a parameter)"
+                                      if target and name == target[0].name else "")))
+    return out
 
 
 def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind: str = "wrap",
-             name: Optional[str] = None, target_kind: Optional[str] = None) -> list[Problem]:
+             name: Optional[str] = None, target_kind: Optional[str] = None, params: Union[tuple, list] = (),
+             patch: Optional[str] = None) -> list[Problem]:
     """Every way the implementation would reject (or misbind) a call the target accepts.
 
     `impl`: the implementation callable, or its `inspect.Signature`; `kind`: "wrap" (called as
-    impl(original, *args, **kwargs)) or "replace" (impl(*args, **kwargs)); `name`: how messages
-    name it (`module:qualname`); `target_kind`: the pinned kind ("method"/"classmethod": the first
-    parameter is bound by Python, never passed by keyword). An empty list: it fits. A signature
-    that cannot be read or parsed is not judged (empty list).
+    impl(wrapped, instance, args, kwargs[, ctx])) or "replace" (impl(*args, **kwargs)); `name`: how
+    messages name it (`module:qualname`); `target_kind`: the pinned kind ("method"/"classmethod": the
+    first parameter is bound by Python, never passed by keyword); `params`: a wrap's declared parameters,
+    `patch`: its key (messages name it). An empty list: it fits. A signature that cannot be read or
+    parsed is not judged (empty list).
     """
     if not target_signature:
         return []
@@ -149,21 +178,15 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind
         sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
     except (TypeError, ValueError):
         return []
-    if _forwards_everything(sig, kind):
+    who = f"implementation {name or _label(impl)}"
+    if kind == "wrap":
+        return _wrap_problems(who, sig, target_signature, tuple(params), patch, target_kind)
+    if _forwards_everything(sig):
         return []  # fits any target; and the plugin's start-up need not load the signature parser
     target = _contracts().parse_signature(target_signature)
     if target is None:
         return []
-    who = f"implementation {name or _label(impl)}"
-    params = _params(sig)
-    if kind == "wrap":
-        got = _after_original(params)
-        if got is None:
-            return [Problem("original", None,
-                            f"{who} cannot take the original as its first positional argument (a wrap is called as "
-                            f"impl(original, *args, **kwargs)); its signature is {signature_text(sig)}")]
-        params = got
-    return _compare(who, target, params, target_kind)
+    return _compare(who, target, _params(sig), target_kind)
 
 
 def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Problem]:
@@ -316,7 +339,8 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
     if not callable(impl):
         return [Problem("implementation", None,
                         f"implementation {patch.implementation} is not callable ({type(impl).__name__})")]
-    return problems(impl, target_signature, kind=patch.kind.value, name=patch.implementation, target_kind=target_kind)
+    return problems(impl, target_signature, kind=patch.kind.value, name=patch.implementation, target_kind=target_kind,
+                    params=patch.params, patch=patch.key)
 
 
 def reason(found: list[Problem]) -> str:
@@ -324,4 +348,4 @@ def reason(found: list[Problem]) -> str:
     return "; ".join(p.message for p in found)
 
 
-__all__ = ["CODES", "Problem", "problems", "problems_for", "reason", "signature_text"]
+__all__ = ["CODES", "Problem", "problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]

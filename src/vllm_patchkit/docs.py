@@ -94,6 +94,8 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
             lines.append("- **Upstream callables it uses (pinned):** " + ", ".join(f"`{c}`" for c in p.uses))
         if p.implementation:
             lines.append(f"- **Implementation:** `{p.implementation}`")
+        if p.params:
+            lines.append("- **Target parameters it reads (`params`):** " + ", ".join(f"`{n}`" for n in p.params))
         if p.env_default:
             lines.append(f"- **Sets default:** `{p.env_default.name}={p.env_default.value}` (an explicit value is kept)")
         if p.message:
@@ -153,6 +155,16 @@ def render_manifests(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         lines.append(f"| `{pid}` | " + " | ".join(cells) + " |")
     if reasons:
         lines += ["", "## Not applicable\n", *reasons]
+    lines += ["", "## Why each version\n",
+              "A release gets the version its manifest lists; `vllm-patchkit pin` chooses among the versions whose "
+              "`when.vllm` admits the release, carrying the one listed before forward when every upstream "
+              "change is compatible for it (see docs/troubleshooting.md, compatibility).\n"]
+    for pid in ids:
+        versions_of = sorted(ps.by_id(pid), key=lambda p: p.version)
+        if len(versions_of) > 1 or versions_of[0].when.vllm:
+            lines.append(f"- `{pid}`: " + "; ".join(
+                f"v{p.version} admits {'`' + p.when.vllm + '`' if p.when.vllm else 'every release'} "
+                f"(target `{p.target}`)" for p in versions_of))
     lines += ["", "## Files\n"] + [f"- vLLM {v}: `{_shown(manifests[v].path)}` (merged with every set's manifest for vLLM {v}) "
                                    f"({manifests[v].manifest.generated_by})" for v in versions]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Optional
 from . import manifest as manifests_mod
 from .availability import Unavailable, allowed_unpatched, refusal_message, remedies, unavailable
 from .apply import Applied, install, set_env_default
+from .context import PatchContext
 from .declare import PatchSet, load_patch_set, manifest_dirs
 from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed, RequiredPatchUnavailable
 from .patchsets import CORE, discover
@@ -116,7 +117,6 @@ class Loader:
         self.write_records = write_records
         self.applied: dict[str, Applied] = {}
         self.stacks: dict[str, list[str]] = {}  # target -> patch keys applied on it, innermost first
-        self.detail_hooks: list = []  # callables(records) that copy a patch's own counters into its detail
         self.manifests = manifests
         self.unavailable: dict[str, Unavailable] = {}  # patch id -> why this release offers no entry
         self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
@@ -368,7 +368,9 @@ class Loader:
                 rec.detail["already"] = "the target already holds this patch; not stacked again"
             elif patch.kind in (Kind.wrap, Kind.replace, Kind.set):
                 count = patch.count_calls and os.environ.get("VLLM_PATCHKIT_COUNT_CALLS", "1") != "0"
-                applied = install(patch, v.place, v.copies, v.impl, count)
+                ctx = (PatchContext(patch, record=rec, flush=self.flush)
+                       if patch.kind is Kind.wrap and patch.implementation is not None else None)
+                applied = install(patch, v.place, v.copies, v.impl, count, ctx)
                 rec.detail["places"] = [pl.spec for pl, _ in applied.places]
             else:
                 applied = Applied(patch)
@@ -440,8 +442,8 @@ class Loader:
             total += calls
             if applied.patch.counts_steps:
                 steps = (steps or 0) + calls
-        for hook in self.detail_hooks:
-            hook(self.records)
+            if applied.ctx is not None:  # the implementation's own counters (PatchContext.count)
+                applied.ctx.publish(self.records[pid].detail)
         self.process.steps = steps
         return total
 

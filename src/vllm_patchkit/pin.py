@@ -6,15 +6,17 @@ is the installed vLLM, statically from a wheel or source tree otherwise — and
 writes their fingerprints. Nothing is pinned that was not read from the release.
 
 What it keeps of an existing manifest for the same release (a reviewer's choices):
-- `not_applicable` entries, as they are;
+- `not_applicable` entries recorded by hand (`by hand: ...`); those a tool wrote are decided again;
 - the patch version each entry lists (its pins are re-read from the release; an
   entry may be added by hand with `targets: {}` to choose a new version).
 
-A patch the manifest does not mention yet is compared with the newest older
-manifest that lists it: same fingerprints → listed at that version; different →
-marked `not_applicable` with the breakage as the reason (the patch's owner adds
-a version that fits and lists it by hand). A patch no manifest lists yet is
-pinned at its newest version, or marked not applicable if its target is missing.
+A patch the manifest does not list is planned by `plan_patch`: of the versions
+whose `when.vllm` admits the release, the one the newest older manifest lists is
+**carried forward** when every difference from its pins is compatible for that
+patch (`compat.py`: a verbatim forwarder survives an added parameter, a new
+default, ...); otherwise the newest admitted version not pinned before is taken
+if its places exist and its implementation fits the release's signatures.
+`--dry-run` prints this plan and writes nothing.
 
 A required patch (`required: true` in the version compared or in its newest
 version) is never marked not applicable by pin on its own: the breakages are an
@@ -47,9 +49,11 @@ from .contracts import (
     patch_set_and_manifest_dir,
     read_manifests,
 )
+from .breakage import BreakageKind
 from .declare import PatchSet
 from .errors import DeclarationError, PatchkitError
 from .schema import Fingerprint, Manifest, ManifestEntry, NotApplicable
+from .preconditions import version_matches
 from .static import Missing
 
 HEADER = "# yaml-language-server: $schema=../src/vllm_patchkit/schema/manifest.schema.json\n"
@@ -108,6 +112,89 @@ def _dump_fingerprint(f: Fingerprint) -> dict:
     return d
 
 
+@dataclass
+class Plan:
+    """What pin does with one patch id on a release, decided before anything is written."""
+
+    entry: Optional[ManifestEntry] = None
+    not_applicable: Optional[NotApplicable] = None
+    required_broken: Optional[tuple[str, str, str, list[str]]] = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _fits_fresh(release: Release, patch) -> tuple[dict, list]:
+    """A version never pinned before: its places must exist and its implementation fit (no pins to diff)."""
+    found, breakages = examine(release, patch, None)
+    return found, [b for b in breakages if b.breaking]
+
+
+def _what_to_write(pid: str, patch, version: str, broken: list) -> str:
+    moved = [b for b in broken if b.kind.value in ("target_moved", "target_inherited")]
+    where = f" at {moved[0].new}" if moved else ""
+    return (f"write {pid}@{patch.version + 1}{where} with `when: {{vllm: '>={version}'}}` that fits the changes "
+            f"above (and give {patch.key} `when: {{vllm: '<{version}'}}`), then re-run pin")
+
+
+def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], pid: str,
+               version: str) -> Plan:
+    """Choose the version of `pid` for `release` and its pins.
+
+    Candidates are the versions whose `when.vllm` admits the release. The version listed by the newest
+    older manifest is carried forward when every difference is compatible for it (`compat.judge`); else
+    the newest candidate not pinned before is taken when its places exist and its implementation fits;
+    else the patch is broken (required: pin fails; optional: not applicable, with the reason)."""
+    versions = sorted(patch_set.by_id(pid), key=lambda p: p.version)
+    newest = versions[-1]
+    candidates = [p for p in versions if version_matches(p.when, version)]
+    plan = Plan()
+    if not candidates:
+        ranges = ", ".join(f"{p.key}: {p.when.vllm}" for p in versions)
+        plan.not_applicable = NotApplicable(patch=pid, reason=f"no version admits vLLM {version} ({ranges})")
+        plan.notes.append(f"{pid}: not applicable: no version's when.vllm admits {version} ({ranges})")
+        return plan
+    required = any(p.required for p in candidates)
+    base = older_entry(pid, manifests, version)
+    tried: list[tuple[str, list]] = []
+    base_patch = patch_set.patches.get(base.entry.patch) if base is not None else None
+    if base_patch is not None and base_patch in candidates:
+        found, judged = examine(release, base_patch, dict(base.entry.targets))
+        broken = [b for b in judged if b.breaking]
+        if not broken:
+            if judged:
+                plan.notes.append(f"{pid}: carried forward at {base_patch.key} from vLLM {base.vllm}: "
+                                  f"{len(judged)} compatible change(s): " + "; ".join(
+                                      f"{b.explain()} ({b.verdict()})" for b in judged))
+            elif base_patch is not candidates[-1]:
+                plan.notes.append(f"{pid}: listed at {base_patch.key} as on vLLM {base.vllm}; "
+                                  f"{candidates[-1].key} also admits {version}")
+            plan.entry = ManifestEntry(patch=base_patch.key, targets=found)
+            return plan
+        tried.append((f"{base_patch.key} against its pins of vLLM {base.vllm}", broken))
+    for patch in reversed(candidates):
+        if base_patch is not None and patch.version <= base_patch.version:
+            break  # versions no newer than the one pinned before are not chosen behind a reviewer's back
+        found, broken = _fits_fresh(release, patch)
+        if not broken:
+            plan.notes.append(f"{pid}: new in this manifest at {patch.key}"
+                              + (f" (replaces {base_patch.key} of vLLM {base.vllm})" if base_patch else ""))
+            plan.entry = ManifestEntry(patch=patch.key, targets=found)
+            return plan
+        tried.append((f"{patch.key}, not pinned before", broken))
+    if base_patch is not None and base_patch not in candidates and not tried:
+        tried.append((f"{base_patch.key}: its when.vllm {base_patch.when.vllm!r} excludes {version}", []))
+    against = "; ".join(t for t, _ in tried)
+    why = [f"{b.explain()} ({b.verdict()})" for _, broken in tried for b in broken]
+    last = base_patch if base_patch is not None else newest
+    why.append(_what_to_write(pid, max(versions, key=lambda p: p.version), version, [b for _, bs in tried for b in bs]))
+    if required:
+        plan.required_broken = (pid, last.key, against, why)
+        return plan
+    reason = "; ".join(why[:-1]) or against
+    plan.not_applicable = NotApplicable(patch=pid, reason=f"on vLLM {version}, {against}: {reason}")
+    plan.notes.append(f"{pid}: not applicable on {version}: {reason}")
+    return plan
+
+
 def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
                 generated_by: str, not_applicable_by_hand: Optional[dict[str, str]] = None) -> Pinned:
     """The manifest for `release` (see the module docstring for what is kept and decided).
@@ -134,7 +221,6 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
     errors: list[str] = []
     required_broken: list[tuple[str, str, str, list[str]]] = []
     for pid in known:
-        newest = max(patch_set.by_id(pid), key=lambda p: p.version)
         if pid in by_hand:
             reason = by_hand[pid] if by_hand[pid].startswith(BY_HAND) else BY_HAND + by_hand[pid]
             not_applicable.append(NotApplicable(patch=pid, reason=reason))
@@ -145,7 +231,7 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
             else:
                 notes.append(f"{pid}: marked not applicable by hand")
             continue
-        if pid in kept_na:
+        if pid in kept_na and kept_na[pid].reason.startswith(BY_HAND):  # a person's decision stays
             not_applicable.append(kept_na[pid])
             continue
         if pid in chosen:  # a reviewer's choice of version: re-pin it from the release
@@ -154,8 +240,13 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
             if patch is None:
                 errors.append(f"{key}: listed in the manifest for {own_key}, but the patch set has no such version")
                 continue
-            found, _ = examine(release, patch, None)
+            if not version_matches(patch.when, version):
+                errors.append(f"{key}: listed in the manifest for {own_key}, but its when.vllm {patch.when.vllm!r} "
+                              f"excludes {version}")
+                continue
+            found, judged = examine(release, patch, None)
             missing = [f"{s}: {m.reason}" for s, m in found.items() if isinstance(m, Missing)]
+            missing += [b.explain() for b in judged if b.kind is BreakageKind.convention_mismatch]
             if missing:
                 errors.append(f"{key}: listed for vLLM {version} but cannot be pinned: {'; '.join(missing)}")
                 continue
@@ -165,41 +256,14 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
                     notes.append(f"{key}: pin of {spec} changed: {_dump_fingerprint(old[spec])} -> {_dump_fingerprint(f)}")
             entries.append(ManifestEntry(patch=key, targets=found))
             continue
-        base = older_entry(pid, manifests, version)
-        if base is not None:
-            patch = patch_set.patches[base.entry.patch]
-            found, breakages = examine(release, patch, dict(base.entry.targets))
-            if breakages and (patch.required or newest.required):
-                why = [b.explain() for b in breakages]
-                if newest.version != patch.version:
-                    why.append(f"note: {newest.key} exists: if it fits, list it by hand (targets: {{}}) in the "
-                               f"manifest for vLLM {version} and re-run pin to choose it")
-                required_broken.append((pid, patch.key, f"compared with its pins of vLLM {base.vllm}", why))
-                continue
-            if breakages:
-                reason = "; ".join(b.explain() for b in breakages)
-                not_applicable.append(NotApplicable(
-                    patch=pid, reason=f"{patch.key} was pinned on vLLM {base.vllm}; on {version}: {reason}"))
-                notes.append(f"{pid}: not applicable on {version} ({len(breakages)} breakage(s)); "
-                             f"add a version that fits and list it by hand")
-                continue
-            if newest.version != patch.version:
-                notes.append(f"{pid}: listed at {patch.key} as on vLLM {base.vllm}; {newest.key} exists — "
-                             f"list it by hand (targets: {{}}) and re-run pin to choose it")
-            entries.append(ManifestEntry(patch=patch.key, targets=found))
-            continue
-        found, breakages = examine(release, newest, None)
-        if breakages and newest.required:
-            required_broken.append((pid, newest.key, "new patch, no earlier pin",
-                                    [b.explain() for b in breakages]))
-            continue
-        if breakages:
-            reason = "; ".join(b.explain() for b in breakages)
-            not_applicable.append(NotApplicable(patch=pid, reason=f"{newest.key} on vLLM {version}: {reason}"))
-            notes.append(f"{pid}: new patch, not applicable on {version}: {reason}")
-            continue
-        notes.append(f"{pid}: new in this manifest at {newest.key}")
-        entries.append(ManifestEntry(patch=newest.key, targets=found))
+        plan = plan_patch(release, patch_set, manifests, pid, version)
+        notes.extend(plan.notes)
+        if plan.entry is not None:
+            entries.append(plan.entry)
+        elif plan.required_broken is not None:
+            required_broken.append(plan.required_broken)
+        elif plan.not_applicable is not None:
+            not_applicable.append(plan.not_applicable)
     if errors:
         lines = [f"  - {e}" for e in errors] + RequiredPatchesDoNotFit.blocks(version, required_broken)
         raise PatchkitError("cannot pin:\n" + "\n".join(lines))
@@ -250,6 +314,16 @@ def write_by_set(m: Manifest, patch_set: PatchSet, sets: Optional[list[str]]) ->
     return paths
 
 
+def render_plan(pinned: Pinned, label: str) -> str:
+    """`--dry-run`: the manifest pin would write, one line per patch, then the notes."""
+    m = pinned.manifest
+    lines = [f"vllm-patchkit pin --dry-run: vLLM {m.vllm} ({label}); nothing written"]
+    lines += [f"  list      {e.patch} ({len(e.targets)} pin(s))" for e in m.patches]
+    lines += [f"  n/a       {n.patch}: {n.reason}" for n in m.not_applicable]
+    lines += [f"  note: {n}" for n in pinned.notes]
+    return "\n".join(lines)
+
+
 def describe_source(release: Release, source: Optional[str]) -> str:
     version = release.version()
     if isinstance(release, StaticView):
@@ -267,6 +341,9 @@ def cmd_pin(args: argparse.Namespace) -> int:
         release = open_release(args.vllm, args.source)
         pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
                              not_applicable_by_hand=by_hand)
+        if args.dry_run:
+            print(render_plan(pinned, release.label))
+            return 0
         if args.out or args.manifest_dir:
             paths = [write(pinned.manifest, Path(args.out) if args.out else args.manifest_dir)]
         elif args.patch_dir:
@@ -292,6 +369,9 @@ def add_pin(sub) -> None:
                        description="Exit 0: written; 1: a required patch does not fit the release (nothing written); "
                                    "2: could not pin.")
     add_release_args(p)
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be listed, carried forward or marked not applicable, and why; write nothing "
+                        "(same exit codes)")
     p.add_argument("--out", help="folder to write to (default: the manifest folder; created if missing)")
     p.add_argument("--not-applicable", action="append", metavar="ID=REASON",
                    help="record patch ID as not applicable on this release, with REASON written into the manifest "

@@ -1,20 +1,24 @@
-"""Contract tests as pytest items: every pin of the installed vLLM's manifest is one test.
+"""vllm-patchkit's pytest plugin: contract and lifecycle tests of patch sets, off unless enabled.
 
 Registered as the `pytest11` entry point `vllm_patchkit`, so pytest loads it in
 every project that has vllm-patchkit installed; it does nothing (no vLLM import,
-no items) unless enabled:
+no items) unless enabled. A patch set's whole test configuration is one line:
 
-    pytest --patchkit-contracts                # or, in the ini file: patchkit_contracts = true
-    pytest --patchkit-contracts -m patchkit_contract     # only the contract items
+    patchkit_sets = other                      # ini file; or: pytest --patchkit-set other
 
-Enabled, it adds, for the manifest that pins the installed vLLM:
-- one item per pinned place of every listed patch (its target, declared copies and
-  the upstream callables it uses): the place exists and its live fingerprint equals
-  the pin (a copy must also still hold the target's function);
-- one item saying the manifest is complete: every patch is listed or marked not
-  applicable.
-A plugin with its own patch set points it there with `--patchkit-patch-dir`
-(repeatable) and `--patchkit-manifest-dir`, or the ini options of the same names.
+For each named set (its entry-point name in `vllm_patchkit.patch_sets`) it adds:
+- lifecycle items (mark `patchkit_lifecycle`): for each patch of the set that the installed
+  vLLM's manifest lists, each process role and import order (before / after the loader), one
+  item per step (patch, unpatch, patch twice, patch-unpatch-patch); each (patch, role, order)
+  runs in a fresh forked process (vllm_patchkit.testing), all of them once, when the first
+  selected lifecycle item runs;
+- contract items (mark `patchkit_contract`): one per pinned place of the set's manifest for
+  the installed vLLM (the place exists, its live fingerprint equals the pin), and one saying
+  the manifest lists (or marks not applicable) every patch of the set.
+`--patchkit-manifest-dir DIR` replaces the named set's manifests folder (one set only).
+
+Without sets, `--patchkit-contracts` (ini `patchkit_contracts = true`) adds the contract
+items of every installed set, merged, or of `--patchkit-patch-dir` folders.
 """
 
 from __future__ import annotations
@@ -25,16 +29,21 @@ from typing import Any, Optional
 import pytest
 
 MARK = "patchkit_contract"
+LIFECYCLE = "patchkit_lifecycle"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("vllm-patchkit", "vllm-patchkit contract tests")
+    group = parser.getgroup("vllm-patchkit", "vllm-patchkit contract and lifecycle tests")
+    group.addoption("--patchkit-set", action="append", default=None, metavar="NAME",
+                    help="test this patch set (entry-point name; repeatable): lifecycle permutations and contracts")
     group.addoption("--patchkit-contracts", action="store_true", default=None,
                     help="add one test per manifest pin of the installed vLLM (target exists, fingerprint equal)")
     group.addoption("--patchkit-patch-dir", action="append", default=None, metavar="DIR",
                     help="patch folder (repeatable; default: the patch set shipped with vllm-patchkit)")
     group.addoption("--patchkit-manifest-dir", default=None, metavar="DIR",
-                    help="manifest folder (default: the manifests shipped with vllm-patchkit)")
+                    help="manifest folder (default: the set's own; with --patchkit-set it replaces that set's)")
+    parser.addini("patchkit_sets", "patch sets to test (entry-point names): lifecycle and contract items",
+                  type="args", default=[])
     parser.addini("patchkit_contracts", "enable the vllm-patchkit contract tests", type="bool", default=False)
     parser.addini("patchkit_patch_dirs", "patch folders for the contract tests", type="paths", default=[])
     parser.addini("patchkit_manifest_dir", "manifest folder for the contract tests", default="")
@@ -45,24 +54,68 @@ def _enabled(config: pytest.Config) -> bool:
     return bool(opt) if opt is not None else bool(config.getini("patchkit_contracts"))
 
 
+def _sets(config: pytest.Config) -> list[str]:
+    return list(dict.fromkeys(config.getoption("patchkit_set") or config.getini("patchkit_sets") or []))
+
+
+def _manifest_dir(config: pytest.Config) -> Optional[str]:
+    return config.getoption("patchkit_manifest_dir") or config.getini("patchkit_manifest_dir") or None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARK}: a vllm-patchkit contract test (added by --patchkit-contracts)")
+    config.addinivalue_line("markers", f"{MARK}: a vllm-patchkit contract test (patchkit_sets, --patchkit-contracts)")
+    config.addinivalue_line("markers", f"{LIFECYCLE}: a vllm-patchkit lifecycle permutation (patchkit_sets)")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -k / -m deselection, so those select contract items too
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselection, so those select our items too
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    if not _enabled(config):
-        return
-    collector = ContractCollector.from_parent(session, name="vllm-patchkit", nodeid="vllm-patchkit")
-    added = collector.collect()
-    config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, added))
+    sets = _sets(config)
+    collectors = []
+    if _enabled(config):
+        collectors.append(ContractCollector.from_parent(session, name="vllm-patchkit", nodeid="vllm-patchkit"))
+    for name in sets:
+        collectors.append(SetCollector.from_parent(session, name=f"vllm-patchkit::{name}",
+                                                   nodeid=f"vllm-patchkit::{name}", set_name=name, many=len(sets) > 1))
+    added = []
+    for collector in collectors:
+        got = collector.collect()
+        config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, got))
+        added += got
     items[:0] = added
 
 
 class ContractFailure(AssertionError):
+    """A failure said as lines, without a traceback: what broke and what to do."""
+
     def __init__(self, lines: list[str]):
         self.lines = lines
         super().__init__("\n".join(lines))
+
+
+def contract_items(parent, ps, manifests, only: Optional[set] = None) -> list:
+    """The pin items of the installed vLLM's manifest and its completeness item (for `only` sets)."""
+    from .errors import PatchkitError
+    from .manifest import select
+    from .releases import installed_version
+
+    version = installed_version()
+    if version is None:
+        raise PatchkitError("vLLM is not installed")
+    chosen, note = select(manifests, version, "skip")
+    if chosen is None:
+        return [ErrorItem.from_parent(parent, name=f"vllm-{version}", message=note)]
+    m = chosen.manifest
+    stem = Path(chosen.path).name
+    out: list = [CompleteItem.from_parent(parent, name=f"{stem}::complete", manifest=m, patch_set=ps,
+                                          only=only, path_=chosen.path)]
+    for entry in m.patches:
+        patch = ps.patches[entry.patch]
+        for spec, pin in entry.targets.items():
+            out.append(PinItem.from_parent(parent, name=f"{stem}::{entry.patch}::{spec}", patch=patch, spec=spec,
+                                           pin=pin, path_=chosen.path))
+    for item in out:
+        item.add_marker(MARK)
+    return out
 
 
 class ContractCollector(pytest.Collector):
@@ -74,42 +127,58 @@ class ContractCollector(pytest.Collector):
 
         cfg = self.config
         patch_dirs = [Path(d) for d in (cfg.getoption("patchkit_patch_dir") or cfg.getini("patchkit_patch_dirs") or [])]
-        mdir = cfg.getoption("patchkit_manifest_dir") or cfg.getini("patchkit_manifest_dir")
+        mdir = _manifest_dir(cfg)
         if patch_dirs:
             return patch_dirs, [Path(mdir)] if mdir else []
         sources = discover(with_env=False)
         return sources, [Path(mdir)] if mdir else manifest_dirs(sources)
 
     def collect(self) -> list:
-        from .contracts import installed_version
         from .declare import load_patch_set
-        from .errors import PatchkitError
-        from .manifest import load_manifests, select
+        from .manifest import load_manifests
 
-        patch_dirs, mdirs = self._dirs()
         try:
+            patch_dirs, mdirs = self._dirs()
             ps = load_patch_set(patch_dirs)
-            loaded = load_manifests(mdirs, ps)
-            version = installed_version()
-            if version is None:
-                raise PatchkitError("vLLM is not installed")
-            chosen, note = select(loaded, version, "skip")
+            return contract_items(self, ps, load_manifests(mdirs, ps))
         except Exception as exc:  # a broken patch set or manifest is a failing test, not a crash
             return [ErrorItem.from_parent(self, name="setup", message=f"{type(exc).__name__}: {exc}")]
-        if chosen is None:
-            return [ErrorItem.from_parent(self, name=f"vllm-{version}", message=note)]
-        m = chosen.manifest
-        stem = Path(chosen.path).name
-        out: list = [CompleteItem.from_parent(self, name=f"{stem}::complete", manifest=m, patch_set=ps,
-                                              path_=chosen.path)]
-        for entry in m.patches:
-            patch = ps.patches[entry.patch]
-            for spec, pin in entry.targets.items():
-                out.append(PinItem.from_parent(self, name=f"{stem}::{entry.patch}::{spec}", patch=patch, spec=spec,
-                                               pin=pin, path_=chosen.path))
-        for item in out:
-            item.add_marker(MARK)
-        return out
+
+
+class SetCollector(pytest.Collector):
+    """One named patch set: its lifecycle items, then its contract items (manifest of this release)."""
+
+    def __init__(self, *, set_name: str, many: bool = False, **kw):
+        super().__init__(**kw)
+        self.set_name, self.many = set_name, many
+
+    def manifest_dirs(self) -> dict:
+        mdir = _manifest_dir(self.config)
+        if mdir and self.many:
+            raise pytest.UsageError("--patchkit-manifest-dir replaces one set's manifests: name one set")
+        return {self.set_name: str(Path(mdir).resolve())} if mdir else {}
+
+    def collect(self) -> list:
+        from .declare import manifest_dirs
+        from .manifest import load_manifests
+        from .patchsets import discover
+        from .testing import STEPS, lifecycle_cases
+        from .testing.lifecycle import load_sets
+
+        overrides = self.manifest_dirs()
+        try:
+            ps, _ = load_sets([self.set_name], overrides)
+            own = [s for s in discover([self.set_name], with_env=False) if s.name == self.set_name]
+            mdirs = [Path(overrides[self.set_name])] if overrides else manifest_dirs(own)
+            contracts = contract_items(self, ps, load_manifests(mdirs, ps), only={self.set_name})
+            cases = lifecycle_cases([self.set_name], overrides)
+        except Exception as exc:  # an unknown set, a broken patch or manifest: one failing item, said once
+            return [ErrorItem.from_parent(self, name="setup", message=f"{type(exc).__name__}: {exc}")]
+        lifecycle = [LifecycleItem.from_parent(self, name=f"lifecycle::{case.id}::{step}", case=case, step=step)
+                     for case in cases for step in STEPS]
+        for item in lifecycle:
+            item.add_marker(LIFECYCLE)
+        return lifecycle + contracts
 
 
 _RELEASE: dict[str, Any] = {}
@@ -163,13 +232,15 @@ class PinItem(_Item):
 class CompleteItem(_Item):
     """Every patch of the set is listed in the manifest or marked not applicable there."""
 
-    def __init__(self, *, manifest, patch_set, **kw):
+    def __init__(self, *, manifest, patch_set, only: Optional[set] = None, **kw):
         super().__init__(**kw)
-        self.manifest, self.patch_set = manifest, patch_set
+        self.manifest, self.patch_set, self.only = manifest, patch_set, only
 
     def runtest(self) -> None:
         known = {e.patch.split("@")[0] for e in self.manifest.patches} | {n.patch for n in self.manifest.not_applicable}
-        missing = sorted({p.id for p in self.patch_set.patches.values()} - known)
+        ps = self.patch_set
+        ids = {p.id for k, p in ps.patches.items() if self.only is None or ps.set_of.get(k) in self.only}
+        missing = sorted(ids - known)
         if missing:
             raise ContractFailure([f"manifest for vLLM {self.manifest.vllm} neither lists nor marks not applicable: "
                                    f"{', '.join(missing)} (run `vllm-patchkit pin --vllm {self.manifest.vllm}`)"])
@@ -184,3 +255,42 @@ class ErrorItem(_Item):
 
     def runtest(self) -> None:
         raise ContractFailure([f"vllm-patchkit contracts: {self.message}"])
+
+
+_RUNS = pytest.StashKey[dict]()
+
+
+class LifecycleItem(_Item):
+    """One step of one (patch, role, import order) case; the case ran in a fresh forked process."""
+
+    def __init__(self, *, case, step: str, **kw):
+        super().__init__(**kw)
+        self.case, self.step = case, step
+
+    def reportinfo(self):
+        return f"vllm-patchkit::{self.case.set}", None, self.name
+
+    def runtest(self) -> None:
+        run = _lifecycle_run(self)
+        problems = run.problems(self.case.id, self.step)
+        if problems:
+            raise ContractFailure([f"{self.case.key} ({self.case.set}) in {self.case.role}, {self.case.order}, "
+                                   f"step {self.step!r}:"] + [f"  {line}" for line in problems])
+
+
+def _lifecycle_run(item: LifecycleItem):
+    """Run, once per set, every case a selected lifecycle item of that set needs (after -k / -m)."""
+    import shutil
+    import tempfile
+
+    from .testing import run_lifecycle
+
+    runs = item.config.stash.setdefault(_RUNS, {})
+    name = item.case.set
+    if name not in runs:
+        cases = list(dict.fromkeys(i.case for i in item.session.items
+                                   if isinstance(i, LifecycleItem) and i.case.set == name))
+        work = tempfile.mkdtemp(prefix=f"vllm-patchkit-lifecycle-{name}-")
+        item.config.add_cleanup(lambda: shutil.rmtree(work, ignore_errors=True))
+        runs[name] = run_lifecycle(cases, [name], Path(work), manifest_dirs=item.parent.manifest_dirs())
+    return runs[name]

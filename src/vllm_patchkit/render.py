@@ -13,7 +13,8 @@ from .check import Report
 def render_text(report: Report) -> str:
     lines = [f"vllm-patchkit check: {report.release}"]
     for r in report.results:
-        label = {"ok": "ok", "broken": "BROKEN", "not_applicable": "n/a", "unpinned": "UNPINNED"}[r.status]
+        label = {"ok": "ok", "compatible": "carry", "stale": "STALE", "broken": "BROKEN", "not_applicable": "n/a",
+                 "unpinned": "UNPINNED"}[r.status]
         pins = f" (pins of vLLM {r.pins_from})" if r.pins_from and r.status != "not_applicable" else ""
         lines.append(f"  {label:<9} {r.patch}{pins}" + (f": {r.note}" if r.note and r.status == "not_applicable" else ""))
         if r.note and r.status != "not_applicable":
@@ -25,15 +26,16 @@ def render_text(report: Report) -> str:
         lines.append("breakages, by target:")
         lines.extend(f"  - [{f.kind.value}] {f.explain()}" for f in findings)
     c = report.counts()
-    lines.append(f"{c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned, {c['not_applicable']} not applicable,"
-                 f" {c['retirable']} retirable on vLLM {report.vllm}")
+    lines.append(f"{c['ok']} ok, {c['compatible']} compatible, {c['stale']} stale, {c['broken']} broken, "
+                 f"{c['unpinned']} unpinned, {c['not_applicable']} not applicable, {c['retirable']} retirable "
+                 f"on vLLM {report.vllm}")
     return "\n".join(lines) + "\n"
 
 
 def render_json(report: Report) -> str:
     """`breakages`: each once, by target, with the `patches` it affects; `patches[].breakages` keeps the
     per-patch view (each patch's own findings) for readers of the earlier format."""
-    return json.dumps({"vllm": report.vllm, "release": report.release, "ok": not report.breakages,
+    return json.dumps({"vllm": report.vllm, "release": report.release, "ok": not report.failed,
                        "counts": report.counts(), "breakages": [f.as_dict() for f in report.findings()],
                        "patches": [r.as_dict() for r in report.results]}, indent=2) + "\n"
 
@@ -55,6 +57,10 @@ def render_github(report: Report) -> str:
 
     lines = []
     for f in report.findings():
+        if not f.breakage.breaking:
+            title = _gh_escape(f"{', '.join(f.patches)}: compatible change on vLLM {report.vllm} ({f.kind.value})", True)
+            lines.append(f"::notice {file_of(f.patches[0])}title={title}::{_gh_escape(f.explain())}")
+            continue
         verb = "breaks" if len(f.patches) == 1 else "break"
         title = _gh_escape(f"{', '.join(f.patches)} {verb} on vLLM {report.vllm} ({f.kind.value})", True)
         lines.append(f"::error {file_of(f.patches[0])}title={title}::{_gh_escape(f.breakage.explain())}")
@@ -64,7 +70,8 @@ def render_github(report: Report) -> str:
             title = _gh_escape(f"{r.patch} can be retired on vLLM {report.vllm}", True)
             lines.append(f"::notice {file}title={title}::{_gh_escape(r.retire)}")
     c = report.counts()
-    lines.append(f"vllm-patchkit check vLLM {report.vllm}: {c['ok']} ok, {c['broken']} broken, {c['unpinned']} unpinned,"
+    lines.append(f"vllm-patchkit check vLLM {report.vllm}: {c['ok']} ok, {c['compatible']} compatible, "
+                 f"{c['stale']} stale, {c['broken']} broken, {c['unpinned']} unpinned,"
                  f" {c['not_applicable']} not applicable, {c['retirable']} retirable")
     return "\n".join(lines) + "\n"
 

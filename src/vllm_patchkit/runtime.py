@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -35,40 +35,3 @@ def config_ready(vllm_config: Any) -> None:
 def reset() -> None:
     """Forget the loader (tests); does not unpatch."""
     install(None)
-
-
-def bound(original, args: tuple, kwargs: dict, name: str) -> Optional[Any]:
-    """The value passed for parameter `name` in a call, however it was passed."""
-    import inspect
-
-    try:
-        return inspect.signature(original).bind_partial(*args, **kwargs).arguments.get(name)
-    except TypeError:
-        return kwargs.get(name)
-
-
-def note(patch_id: str, flush: bool = True, **detail: Any) -> bool:
-    """Let an implementation put a per-call decision into its patch's record in this process.
-
-    Rare events only (start-up decisions); per-step counters belong in a
-    `Loader.detail_hooks` callable, copied at flush time. Returns False when no
-    loader runs in this process (an implementation called outside the plugin).
-    """
-    rec = _loader.records.get(patch_id) if _loader is not None else None
-    if rec is None:
-        return False
-    rec.detail.update(detail)
-    if flush:
-        _loader.flush()
-    return True
-
-
-def refuse(patch_id: str, message: str) -> bool:
-    """Mark an applied patch `refused` because it refused at call time (then raise yourself)."""
-    rec = _loader.records.get(patch_id) if _loader is not None else None
-    if rec is None:
-        return False
-    rec.set("refused", "refused", message)
-    _loader.flush()
-    log.error("vllm-patchkit: %s refused: %s", rec.patch, message)
-    return True

@@ -26,7 +26,7 @@ class Strict(BaseModel):
 class Kind(str, Enum):
     """How a patch changes vLLM."""
 
-    wrap = "wrap"  # implementation(original, *args, **kwargs), or a counted passthrough
+    wrap = "wrap"  # implementation(wrapped, instance, args, kwargs[, ctx]), or a counted passthrough
     replace = "replace"  # the target is replaced by the implementation
     set = "set"  # the target attribute is set to `value`
     env_default = "env_default"  # an env var gets a default when unset
@@ -157,6 +157,11 @@ class Patch(Strict):
         description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
     )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
+    params: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+        default_factory=list,
+        description="kind wrap with an implementation: the target parameters it reads or rewrites (by name; "
+                    "ctx.arg/ctx.with_arg reach only these); verified against the target's pinned signature",
+    )
     value: Any = None
     instances: bool = Field(
         default=False,
@@ -216,6 +221,10 @@ class Patch(Strict):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method)")
         if self.value is not None and self.value_from is not None:
             raise ValueError("give 'value' or 'value_from', not both")
+        if self.params and (k is not Kind.wrap or self.implementation is None):
+            raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
+        if len(set(self.params)) != len(self.params):
+            raise ValueError(f"'params' names a parameter twice: {self.params}")
         if self.copies and k not in (Kind.wrap, Kind.replace):
             raise ValueError("'copies' only make sense for wrap/replace")
         if self.id in self.requires:

@@ -233,9 +233,11 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
         if not callable(out.impl) and patch.kind in (Kind.wrap, Kind.replace):
             return Finding("implementation", f"implementation {patch.implementation} is not callable", "callable", type(out.impl).__name__)
         if patch.kind in (Kind.wrap, Kind.replace) and out.place is not None and target_pin.signature:
-            # the implementation must accept every call vLLM can make to the target
+            # a wrap: its (wrapped, instance, args, kwargs[, ctx]) shape and declared params; a replace:
+            # every call vLLM can make to the target
             found = convention.problems(out.impl, target_pin.signature, kind=patch.kind.value,
-                                        name=patch.implementation, target_kind=target_pin.kind)
+                                        name=patch.implementation, target_kind=target_pin.kind,
+                                        params=patch.params, patch=patch.key)
             if found:
                 return Finding("convention", convention.reason(found), target_pin.signature,
                                convention.signature_text(out.impl))

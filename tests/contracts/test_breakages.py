@@ -55,13 +55,21 @@ SIGNATURE_CASES = [
 
 @pytest.mark.parametrize("before, after, kinds, text", [c[1:] for c in SIGNATURE_CASES], ids=[c[0] for c in SIGNATURE_CASES])
 def test_signature_breakages(scenario, before, after, kinds, text):
-    s = scenario(before, after, [patch_doc("p", F)])
+    s = scenario(before, after, [patch_doc("p", F), patch_doc("r", F, kind="replace")])
     report = s.check()
-    found = report.breakages
+    by = {r.patch: r for r in report.results}
+    found = by["p@1"].breakages
     assert [b.kind for b in found] == kinds, [b.explain() for b in found]
     assert all(b.target == F and b.patch == "p@1" for b in found)
     assert any(text in b.explain() for b in found), [b.explain() for b in found]
-    assert report.results[0].status == "broken" and report.exit_code() == 1
+    # judged per patch: a verbatim passthrough survives every parameter-level change (not an unparsed one),
+    # a replace (it stands in the target's place) survives none
+    parsed = kinds != [K.signature_changed]
+    assert by["p@1"].status == ("compatible" if parsed else "broken"), [b.verdict() for b in found]
+    assert all(b.breaking is not parsed for b in found)
+    assert set(kinds) <= {b.kind for b in by["r@1"].breakages}
+    assert by["r@1"].status == "broken" and all(b.breaking for b in by["r@1"].breakages)
+    assert report.exit_code() == 1
 
 
 def test_unchanged_target_is_ok(scenario):
@@ -243,14 +251,28 @@ def test_constant_value_changed(scenario):
 
 def test_implementation_that_rejects_a_call_the_release_makes(scenario, tmp_path, monkeypatch):
     """`check` judges the implementation against the release's signature, as start-up does: the seed's
-    real bug (a postprocess_sampled wrapper that renamed sampled_tokens) on a synthetic tree."""
+    real bug (a postprocess_sampled replacement that renamed sampled_tokens) on a synthetic tree."""
     (tmp_path / "toy_wrapper.py").write_text(
-        "def post(original, self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc):\n"
-        "    return original(self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc)\n")
+        "def post(self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc):\n"
+        "    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     tree = {"toy/runner.py": "class Runner:\n    def post(self, idx_mapping, sampled_tokens, num_sampled, "
                              "num_rejected, query_start_loc=None):\n        pass\n"}
-    s = scenario(tree, tree, [patch_doc("p", "toy.runner:Runner.post", implementation="toy_wrapper:post")])
+    s = scenario(tree, tree, [patch_doc("p", "toy.runner:Runner.post", kind="replace",
+                                        implementation="toy_wrapper:post")])
     found = [b for b in s.check().breakages if b.kind is K.convention_mismatch]
     assert {b.parameter for b in found} >= {"sampled_tokens", "query_start_loc"}
     assert any("renamed parameter 'sampled_tokens' to 'tokens'" in b.explain() for b in found)
+
+
+def test_declared_param_the_release_renamed(scenario, tmp_path, monkeypatch):
+    """A wrap's `params` are judged against the release's signature: a renamed one is a convention breakage."""
+    (tmp_path / "toy_reader.py").write_text(
+        "def post(wrapped, instance, args, kwargs, ctx):\n    return wrapped(*args, **kwargs)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    old = {"toy/runner.py": "class Runner:\n    def post(self, sampled_tokens):\n        pass\n"}
+    new = {"toy/runner.py": "class Runner:\n    def post(self, tokens):\n        pass\n"}
+    s = scenario(old, new, [patch_doc("p", "toy.runner:Runner.post", implementation="toy_reader:post",
+                                      params=["sampled_tokens"])])
+    found = [b for b in s.check().breakages if b.kind is K.convention_mismatch]
+    assert [(b.parameter, b.new) for b in found] == [("sampled_tokens", "unknown_param")]

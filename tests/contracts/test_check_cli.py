@@ -10,7 +10,10 @@ from .helpers import patch_doc, write_tree
 
 BEFORE = {"toy/mod.py": "def f(a, query_start_loc=None):\n    pass\n\ndef g(x):\n    pass\n"}
 AFTER = {"toy/mod.py": "def f(a, query_start_loc):\n    pass\n\ndef g(x):\n    pass\n"}
-PATCHES = [patch_doc("fine", "toy.mod:g"), patch_doc("pass-through", "toy.mod:f")]
+# reads-loc reads query_start_loc, which changes: breaking for it (a verbatim passthrough would survive it)
+PATCHES = [patch_doc("fine", "toy.mod:g"),
+           patch_doc("reads-loc", "toy.mod:f", implementation="toy_impl:wrapper", params=["query_start_loc"])]
+PASSTHROUGH = [patch_doc("fine", "toy.mod:g"), patch_doc("pass-through", "toy.mod:f")]
 
 
 def test_text(scenario, capsys):
@@ -18,10 +21,25 @@ def test_text(scenario, capsys):
     assert main(["check", *s.cli()]) == 1
     out = capsys.readouterr().out
     assert "  ok        fine@1 (pins of vLLM 1.0.0)" in out
-    assert "  BROKEN    pass-through@1 (pins of vLLM 1.0.0)" in out
+    assert "  BROKEN    reads-loc@1 (pins of vLLM 1.0.0)" in out
     assert ("- [parameter_now_required] toy.mod:f: parameter 'query_start_loc' is now required "
             "(its default None was removed)") in out
-    assert out.rstrip().endswith("1 ok, 1 broken, 0 unpinned, 0 not applicable, 0 retirable on vLLM 2.0.0")
+    assert "(breaking: the implementation reads 'query_start_loc' (declared in params))" in out
+    assert out.rstrip().endswith("1 ok, 0 compatible, 0 stale, 1 broken, 0 unpinned, 0 not applicable, 0 retirable "
+                                 "on vLLM 2.0.0")
+
+
+def test_a_change_a_passthrough_survives_is_carried_exit_zero(scenario, capsys):
+    s = scenario(BEFORE, AFTER, PASSTHROUGH)
+    assert main(["check", *s.cli()]) == 0
+    out = capsys.readouterr().out
+    assert "  carry     pass-through@1 (pins of vLLM 1.0.0)" in out
+    assert "(compatible: verbatim passthrough: args and kwargs reach upstream untouched)" in out
+    # and pin carries it forward, with the new pin
+    assert main(["pin", *s.cli()]) == 0
+    assert "pass-through: carried forward at pass-through@1 from vLLM 1.0.0" in capsys.readouterr().out
+    assert main(["check", *s.cli()]) == 0
+    assert "  ok        pass-through@1 (pins of vLLM 2.0.0)" in capsys.readouterr().out
 
 
 def test_json(scenario, capsys):
@@ -32,9 +50,10 @@ def test_json(scenario, capsys):
     assert doc["counts"]["broken"] == 1
     broken = next(p for p in doc["patches"] if p["status"] == "broken")
     [b] = broken["breakages"]
-    assert b == {"kind": "parameter_now_required", "patch": "pass-through@1", "target": "toy.mod:f",
+    assert b == {"kind": "parameter_now_required", "patch": "reads-loc@1", "target": "toy.mod:f",
                  "parameter": "query_start_loc", "old": "None", "new": None,
-                 "explain": "toy.mod:f: parameter 'query_start_loc' is now required (its default None was removed)"}
+                 "explain": "toy.mod:f: parameter 'query_start_loc' is now required (its default None was removed)",
+                 "breaking": True, "compat": "the implementation reads 'query_start_loc' (declared in params)"}
 
 
 def test_github_annotations(scenario, capsys):
@@ -42,15 +61,15 @@ def test_github_annotations(scenario, capsys):
     assert main(["check", *s.cli("--format", "github")]) == 1
     lines = capsys.readouterr().out.splitlines()
     [err] = [line for line in lines if line.startswith("::error")]
-    assert "title=pass-through@1 breaks on vLLM 2.0.0 (parameter_now_required)::" in err
-    assert "file=" in err and "pass-through-1.yaml" in err  # points at the patch file
+    assert "title=reads-loc@1 breaks on vLLM 2.0.0 (parameter_now_required)::" in err
+    assert "file=" in err and "reads-loc-1.yaml" in err  # points at the patch file
     assert err.endswith("::toy.mod:f: parameter 'query_start_loc' is now required (its default None was removed)")
 
 
 def test_ok_exits_zero(scenario, capsys):
     s = scenario(BEFORE, BEFORE, PATCHES)
     assert main(["check", *s.cli()]) == 0
-    assert "2 ok, 0 broken" in capsys.readouterr().out
+    assert "2 ok, 0 compatible, 0 stale, 0 broken" in capsys.readouterr().out
 
 
 def test_the_release_own_manifest_is_used_when_there_is_one(scenario, capsys):
@@ -60,7 +79,8 @@ def test_the_release_own_manifest_is_used_when_there_is_one(scenario, capsys):
     capsys.readouterr()
     assert main(["check", *s.cli()]) == 0
     out = capsys.readouterr().out
-    assert "n/a       pass-through@1: pass-through@1 was pinned on vLLM 1.0.0; on 2.0.0: toy.mod:f:" in out
+    assert ("n/a       reads-loc@1: on vLLM 2.0.0, reads-loc@1 against its pins of vLLM 1.0.0: toy.mod:f: parameter "
+            "'query_start_loc' is now required") in out
     # --baseline asks the upgrade question again, against 1.0.0's pins
     assert main(["check", *s.cli("--baseline", "1.0.0")]) == 1
 

@@ -216,7 +216,12 @@ def test_static_reader_says_inherited_not_moved(tmp_path):
 # -- 4. several patches on one target: each breakage once, naming every patch it affects --------
 SHARED_BEFORE = {"toy/mod.py": "def f(a, query_start_loc=None):\n    pass\n\ndef g(x):\n    pass\n"}
 SHARED_AFTER = {"toy/mod.py": "def f(a, query_start_loc):\n    pass\n\ndef g(x, y):\n    pass\n"}
-SHARED_PATCHES = [patch_doc("count-f", "toy.mod:f"), patch_doc("trace-f", "toy.mod:f"), patch_doc("wrap-g", "toy.mod:g")]
+# count-f and trace-f read query_start_loc (so its change breaks them); wrap-g is a verbatim passthrough
+READS_LOC = {"implementation": "toy_impl:wrapper", "params": ["query_start_loc"]}
+SHARED_PATCHES = [patch_doc("count-f", "toy.mod:f", **READS_LOC), patch_doc("trace-f", "toy.mod:f", **READS_LOC),
+                  patch_doc("wrap-g", "toy.mod:g")]
+BREAKS = "breaking: the implementation reads 'query_start_loc' (declared in params)"
+SURVIVES = "compatible: verbatim passthrough: args and kwargs reach upstream untouched"
 NOW_REQUIRED = "toy.mod:f: parameter 'query_start_loc' is now required (its default None was removed)"
 G_ADDED = ("toy.mod:g: required parameter 'y' added (positional-or-keyword, position 1): "
            "a call that does not pass it raises TypeError")
@@ -229,11 +234,12 @@ def test_text_reports_a_shared_breakage_once_per_target(scenario):
         f"vllm-patchkit check: vLLM 2.0.0 (static, {s.after})\n"
         "  BROKEN    count-f@1 (pins of vLLM 1.0.0)\n"
         "  BROKEN    trace-f@1 (pins of vLLM 1.0.0)\n"
-        "  BROKEN    wrap-g@1 (pins of vLLM 1.0.0)\n"
+        "  carry     wrap-g@1 (pins of vLLM 1.0.0)\n"
+        "            note: changes this patch survives: `vllm-patchkit pin` carries it forward\n"
         "breakages, by target:\n"
-        f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1, trace-f@1\n"
-        f"  - [required_parameter_added] {G_ADDED} — affects wrap-g@1\n"
-        "0 ok, 3 broken, 0 unpinned, 0 not applicable, 0 retirable on vLLM 2.0.0\n")
+        f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1, trace-f@1 ({BREAKS})\n"
+        f"  - [required_parameter_added] {G_ADDED} — affects wrap-g@1 ({SURVIVES})\n"
+        "0 ok, 1 compatible, 0 stale, 2 broken, 0 unpinned, 0 not applicable, 0 retirable on vLLM 2.0.0\n")
     assert report.exit_code() == 1
     assert [(f.target, f.patches) for f in report.findings()] == [
         ("toy.mod:f", ("count-f@1", "trace-f@1")), ("toy.mod:g", ("wrap-g@1",))]
@@ -245,20 +251,22 @@ def test_json_reports_a_shared_breakage_once_per_target(scenario):
     assert doc["ok"] is False
     assert doc["breakages"] == [
         {"kind": "parameter_now_required", "target": "toy.mod:f", "parameter": "query_start_loc", "old": "None",
-         "new": None, "explain": NOW_REQUIRED, "patches": ["count-f@1", "trace-f@1"]},
+         "new": None, "explain": NOW_REQUIRED, "breaking": True, "compat": BREAKS.partition(": ")[2],
+         "patches": ["count-f@1", "trace-f@1"]},
         {"kind": "required_parameter_added", "target": "toy.mod:g", "parameter": "y", "old": None,
-         "new": "positional-or-keyword, position 1", "explain": G_ADDED, "patches": ["wrap-g@1"]},
+         "new": "positional-or-keyword, position 1", "explain": G_ADDED, "breaking": False,
+         "compat": SURVIVES.partition(": ")[2], "patches": ["wrap-g@1"]},
     ]
 
 
 def test_github_reports_a_shared_breakage_once_per_target(scenario):
     s = scenario(SHARED_BEFORE, SHARED_AFTER, SHARED_PATCHES)
-    errors = [line for line in render_github(s.check()).splitlines() if line.startswith("::error")]
-    assert len(errors) == 2
-    f_err, g_err = errors
+    lines = render_github(s.check()).splitlines()
+    [f_err] = [line for line in lines if line.startswith("::error")]
     assert "count-f-1.yaml,title=count-f@1%2C trace-f@1 break on vLLM 2.0.0 (parameter_now_required)::" in f_err
     assert f_err.endswith(f"::{NOW_REQUIRED}")
-    assert "wrap-g-1.yaml,title=wrap-g@1 breaks on vLLM 2.0.0 (required_parameter_added)::" in g_err
+    [g_note] = [line for line in lines if line.startswith("::notice")]
+    assert "wrap-g-1.yaml,title=wrap-g@1%3A compatible change on vLLM 2.0.0 (required_parameter_added)::" in g_note
 
 
 def test_patches_pinned_differently_on_one_target_get_their_own_findings(scenario):
@@ -268,7 +276,7 @@ def test_patches_pinned_differently_on_one_target_get_their_own_findings(scenari
     entry.targets["toy.mod:f"] = entry.targets["toy.mod:f"].model_copy(update={"signature": "(a, query_start_loc=0)"})
     lines = [line for line in render_text(s.check()).splitlines() if line.startswith("  - [")]
     assert lines[:2] == [
-        f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1",
+        f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1 ({BREAKS})",
         "  - [parameter_now_required] toy.mod:f: parameter 'query_start_loc' is now required (its default 0 was "
-        "removed) — affects trace-f@1",
+        f"removed) — affects trace-f@1 ({BREAKS})",
     ]

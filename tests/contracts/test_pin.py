@@ -14,6 +14,10 @@ BEFORE = {"toy/mod.py": "def f(a):\n    pass\n\ndef g(a, b=1):\n    pass\n"}
 AFTER = {"toy/mod.py": "def f(a):\n    pass\n\ndef g(a, b=2):\n    pass\n"}
 
 
+# reads `b`, whose default changes between BEFORE and AFTER: breaking for it (a passthrough would be carried)
+READS_B = {"implementation": "toy_impl:wrapper", "params": ["b"]}
+
+
 def pin_cli(tree, version, patches, manifests, *extra):
     return main(["pin", "--source", str(tree), "--vllm", version, "--patch-dir", str(patches),
                  "--manifest-dir", str(manifests), *extra])
@@ -29,14 +33,15 @@ def setup(tmp_path, docs, before=BEFORE, after=AFTER):
 
 
 def test_new_release_lists_what_fits_and_marks_the_rest_not_applicable(tmp_path, capsys):
-    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g")])
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", **READS_B)])
     assert pin_cli(a, "2.0.0", patches, manifests) == 0
     m = parse_manifest(manifests / "vllm-2.0.0.yaml")
     assert [e.patch for e in m.patches] == ["p@1"]
     assert m.patches[0].targets["toy.mod:f"].signature == "(a)"
     [na] = m.not_applicable
     assert na.patch == "q"
-    assert na.reason == "q@1 was pinned on vLLM 1.0.0; on 2.0.0: toy.mod:g: default of 'b' changed: 1 -> 2"
+    assert na.reason == ("on vLLM 2.0.0, q@1 against its pins of vLLM 1.0.0: toy.mod:g: default of 'b' changed: 1 -> 2 "
+                         "(breaking: the implementation reads 'b' (declared in params))")
     assert "generated_by" in (manifests / "vllm-2.0.0.yaml").read_text()
     assert "q: not applicable on 2.0.0" in capsys.readouterr().out
     # the written manifests pass the loader's own checks
@@ -52,12 +57,12 @@ def test_repinning_keeps_not_applicable_and_chosen_versions(tmp_path):
     path.write_text(yaml.safe_dump({
         "vllm": "2.0.0", "generated_by": "by hand",
         "patches": [{"patch": "q@2", "targets": {}}],
-        "not_applicable": [{"patch": "p", "reason": "upstream fixed it differently"}],
+        "not_applicable": [{"patch": "p", "reason": "by hand: upstream fixed it differently"}],
     }))
     assert pin_cli(a, "2.0.0", patches, manifests) == 0
     m = parse_manifest(path)
     assert [(e.patch, e.targets["toy.mod:g"].signature) for e in m.patches] == [("q@2", "(a, b=2)")]
-    assert [(n.patch, n.reason) for n in m.not_applicable] == [("p", "upstream fixed it differently")]
+    assert [(n.patch, n.reason) for n in m.not_applicable] == [("p", "by hand: upstream fixed it differently")]
     text = path.read_text()
     assert pin_cli(a, "2.0.0", patches, manifests) == 0
     assert path.read_text() == text  # idempotent
@@ -152,13 +157,17 @@ REMEDY = ("remedy: add a new version of the patch that fits vLLM 2.0.0, "
 
 
 def test_a_required_patch_that_no_longer_fits_is_an_error(tmp_path, capsys):
-    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", required=True)])
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"),
+                                             patch_doc("q", "toy.mod:g", required=True, **READS_B)])
     capsys.readouterr()
     assert pin_cli(a, "2.0.0", patches, manifests) == 1
     out, err = capsys.readouterr()
     assert "vllm-patchkit pin: cannot pin vLLM 2.0.0: 1 required patch(es) do not fit it; nothing written" in err
-    assert "  - q@1 (required) does not fit vLLM 2.0.0 (compared with its pins of vLLM 1.0.0):" in err
-    assert "      toy.mod:g: default of 'b' changed: 1 -> 2" in err
+    assert "  - q@1 (required) does not fit vLLM 2.0.0 (q@1 against its pins of vLLM 1.0.0):" in err
+    assert ("      toy.mod:g: default of 'b' changed: 1 -> 2 (breaking: the implementation reads 'b' "
+            "(declared in params))") in err
+    assert ("      write q@2 with `when: {vllm: '>=2.0.0'}` that fits the changes above (and give q@1 "
+            "`when: {vllm: '<2.0.0'}`), then re-run pin") in err
     assert REMEDY.format("q") in err
     assert "wrote" not in out
     assert not (manifests / "vllm-2.0.0.yaml").exists()  # nothing half-decided is written
@@ -175,7 +184,7 @@ def test_a_new_required_patch_whose_target_is_missing_is_an_error(tmp_path, caps
     capsys.readouterr()
     assert pin_cli(a, "2.0.0", patches, manifests) == 1
     err = capsys.readouterr().err
-    assert "  - n@1 (required) does not fit vLLM 2.0.0 (new patch, no earlier pin):" in err
+    assert "  - n@1 (required) does not fit vLLM 2.0.0 (n@1, not pinned before):" in err
     assert "      toy.mod:nothing_here: target not found" in err
     assert REMEDY.format("n") in err
     assert path.read_text() == before
@@ -183,8 +192,8 @@ def test_a_new_required_patch_whose_target_is_missing_is_an_error(tmp_path, caps
 
 def test_not_applicable_by_hand_records_the_reason(tmp_path, capsys):
     """The person's decision is written; an optional patch is still marked not applicable automatically."""
-    docs = [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", required=True),
-            patch_doc("o", "toy.mod:g")]
+    docs = [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", required=True, **READS_B),
+            patch_doc("o", "toy.mod:g", **READS_B)]
     a, patches, manifests = setup(tmp_path, docs)
     capsys.readouterr()
     assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "q=upstream sets b=2 itself now") == 0
@@ -195,7 +204,8 @@ def test_not_applicable_by_hand_records_the_reason(tmp_path, capsys):
     m = parse_manifest(path)
     assert [e.patch for e in m.patches] == ["p@1"]
     assert [(n.patch, n.reason) for n in m.not_applicable] == [
-        ("o", "o@1 was pinned on vLLM 1.0.0; on 2.0.0: toy.mod:g: default of 'b' changed: 1 -> 2"),
+        ("o", "on vLLM 2.0.0, o@1 against its pins of vLLM 1.0.0: toy.mod:g: default of 'b' changed: 1 -> 2 "
+              "(breaking: the implementation reads 'b' (declared in params))"),
         ("q", "by hand: upstream sets b=2 itself now"),
     ]
     load_manifests([manifests], load_patch_set([patches]))
@@ -206,7 +216,7 @@ def test_not_applicable_by_hand_records_the_reason(tmp_path, capsys):
 
 
 def test_not_applicable_by_hand_for_an_optional_patch_that_fits(tmp_path):
-    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g")])
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:f"), patch_doc("q", "toy.mod:g", **READS_B)])
     assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "p=not needed with the new runner") == 0
     m = parse_manifest(manifests / "vllm-2.0.0.yaml")
     assert m.patches == []
@@ -222,4 +232,45 @@ def test_not_applicable_by_hand_must_name_a_patch_and_a_reason(tmp_path, capsys)
     assert "vllm-patchkit pin: --not-applicable p: empty reason" in capsys.readouterr().err
     assert pin_cli(a, "2.0.0", patches, manifests, "--not-applicable", "p") == 2
     assert "vllm-patchkit pin: --not-applicable 'p': expected ID=REASON" in capsys.readouterr().err
+    assert not (manifests / "vllm-2.0.0.yaml").exists()
+
+
+# -- the plan: carry forward, choose a version by when.vllm, dry run -------------------------------
+def test_a_new_version_admitted_by_when_vllm_is_chosen_when_the_old_one_breaks(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("q", "toy.mod:g", required=True, **READS_B,
+                                                       when={"vllm": "<2"})])
+    write_patches(patches, [patch_doc("q", "toy.mod:g", version=2, required=True, **READS_B, when={"vllm": ">=2"})])
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests) == 0
+    m = parse_manifest(manifests / "vllm-2.0.0.yaml")
+    assert [(e.patch, e.targets["toy.mod:g"].signature) for e in m.patches] == [("q@2", "(a, b=2)")]
+    assert "q: new in this manifest at q@2 (replaces q@1 of vLLM 1.0.0)" in capsys.readouterr().out
+    # 1.0.0 keeps q@1 (q@2 does not admit it)
+    assert [e.patch for e in parse_manifest(manifests / "vllm-1.0.0.yaml").patches] == ["q@1"]
+
+
+def test_no_version_admitting_the_release_is_not_applicable_with_the_ranges(tmp_path):
+    a, patches, manifests = setup(tmp_path, [patch_doc("q", "toy.mod:g", required=True, when={"vllm": "<2"})])
+    assert pin_cli(a, "2.0.0", patches, manifests) == 0
+    [na] = parse_manifest(manifests / "vllm-2.0.0.yaml").not_applicable
+    assert (na.patch, na.reason) == ("q", "no version admits vLLM 2.0.0 (q@1: <2)")
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("p", "toy.mod:g"), patch_doc("q", "toy.mod:g", **READS_B)])
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests, "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "vllm-patchkit pin --dry-run: vLLM 2.0.0" in out and "nothing written" in out
+    assert "  list      p@1 (1 pin(s))" in out
+    assert "  n/a       q: on vLLM 2.0.0, q@1 against its pins of vLLM 1.0.0:" in out
+    assert "note: p: carried forward at p@1 from vLLM 1.0.0: 1 compatible change(s)" in out
+    assert not (manifests / "vllm-2.0.0.yaml").exists()
+
+
+def test_dry_run_exits_one_when_a_required_patch_breaks(tmp_path, capsys):
+    a, patches, manifests = setup(tmp_path, [patch_doc("q", "toy.mod:g", required=True, **READS_B)])
+    capsys.readouterr()
+    assert pin_cli(a, "2.0.0", patches, manifests, "--dry-run") == 1
+    assert "q@1 (required) does not fit vLLM 2.0.0" in capsys.readouterr().err
     assert not (manifests / "vllm-2.0.0.yaml").exists()

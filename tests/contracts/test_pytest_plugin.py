@@ -96,3 +96,70 @@ def test_no_manifest_for_the_installed_vllm_is_one_failure(tmp_path):
     r = run_pytest(tmp_path, "--patchkit-contracts", "--patchkit-manifest-dir", str(mdir), "-q")
     assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout + r.stderr
     assert f"no manifest pins vLLM {installed_version()}" in r.stdout
+
+
+# -- patchkit_sets: a set's lifecycle permutations and its own contracts, by entry-point name ------
+
+
+def test_disabled_imports_neither_vllm_nor_the_harness(tmp_path):
+    """The plugin is loaded in every pytest session of anyone with vllm-patchkit installed."""
+    (tmp_path / "test_probe.py").write_text(
+        "import sys\n\ndef test_probe():\n"
+        "    assert 'vllm' not in sys.modules and 'vllm_patchkit.testing' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith('vllm'))\n")
+    r = run_pytest(tmp_path, "-q")
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_runtime_does_not_import_pytest():
+    code = ("import sys, vllm_patchkit.plugin, vllm_patchkit.testing, vllm_patchkit.loader; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'hypothesis')); "
+            "assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def _ids(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("vllm-patchkit::")]
+
+
+def test_one_ini_line_generates_lifecycle_and_contract_items(tmp_path):
+    from vllm_patchkit.testing import STEPS, lifecycle_cases
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\npatchkit_sets = deepseek-v4\n")
+    cases = lifecycle_cases(["deepseek-v4"])
+    assert cases and {c.set for c in cases} == {"deepseek-v4"}
+    r = run_pytest(tmp_path, "--collect-only", "-q", "-m", "patchkit_lifecycle")
+    ids = _ids(r.stdout)
+    assert len(ids) == len(cases) * len(STEPS), r.stdout + r.stderr
+    assert all(i.startswith("vllm-patchkit::deepseek-v4::lifecycle::") for i in ids)
+    case = cases[0]
+    assert {f"vllm-patchkit::deepseek-v4::lifecycle::{case.id}::{s}" for s in STEPS} <= set(ids)
+    r = run_pytest(tmp_path, "--collect-only", "-q", "-m", "patchkit_contract")
+    ids = _ids(r.stdout)
+    own = [e for e in shipped_manifest()["patches"] if not e["patch"].startswith("core.")]
+    assert len(ids) == sum(len(e["targets"]) for e in own) + 1, r.stdout  # the set's own pins only
+    assert f"vllm-patchkit::deepseek-v4::vllm-{installed_version()}.yaml::complete" in ids
+
+
+def test_the_option_names_the_set_and_an_unknown_one_fails_once(tmp_path):
+    r = run_pytest(tmp_path, "--patchkit-set", "core", "--collect-only", "-q")
+    ids = _ids(r.stdout)
+    assert any("::core::lifecycle::" in i for i in ids) and any("::core::vllm-" in i for i in ids), r.stdout
+    r = run_pytest(tmp_path, "--patchkit-set", "no-such-set", "-q")
+    assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout + r.stderr
+    assert "no such patch set" in r.stdout and "installed: core" in r.stdout
+
+
+def test_a_manifest_dir_replaces_one_sets_manifests_only(tmp_path):
+    r = run_pytest(tmp_path, "--patchkit-set", "core", "--patchkit-set", "deepseek-v4",
+                   f"--patchkit-manifest-dir={tmp_path}", "--collect-only", "-q")
+    assert r.returncode != 0 and "name one set" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_the_lifecycle_items_of_one_patch_run_and_pass(tmp_path):
+    """One import-stage patch through the plugin: its cases run in forked children and pass."""
+    r = run_pytest(tmp_path, "--patchkit-set", "core", "-q", "-rA", "-m", "patchkit_lifecycle",
+                   "-k", "core.steps.engine-core[", timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert "8 passed" in r.stdout

@@ -35,20 +35,32 @@ def test_every_patch_is_listed_or_not_applicable(version):
 
 
 @pytest.mark.parametrize("version", [v for v in sorted(MANIFESTS, key=Version) if v != "0.31.0"])
-def test_a_version_listed_again_has_the_same_pins(version):
-    """A patch version is only listed on a later release if every fingerprint it was written against is unchanged."""
+def test_a_version_listed_again_differs_only_compatibly(version):
+    """A patch version is listed again on a later release only when every difference from its earlier pins
+    is compatible for that patch (what `pin` carries forward), never a breaking one."""
+    from vllm_patchkit.compat import judge_all
+    from vllm_patchkit.sigdiff import compare
+
     older = [v for v in MANIFESTS if Version(v) < Version(version)]
     for entry in MANIFESTS[version].patches:
+        patch = PATCH_SET.patches[entry.patch]
         for v in older:
             prev = next((e for e in MANIFESTS[v].patches if e.patch == entry.patch), None)
-            if prev is not None:
-                assert prev.targets == entry.targets, (entry.patch, v, version)
+            if prev is None:
+                continue
+            assert set(prev.targets) == set(entry.targets), (entry.patch, v, version)
+            found = [b for spec, pin in prev.targets.items()
+                     for b in compare(patch.key, spec, pin, entry.targets[spec])]
+            breaking = [f"{b.explain()} ({b.verdict()})" for b in judge_all(patch, found) if b.breaking]
+            assert not breaking, (entry.patch, v, version, breaking)
 
 
-def test_not_applicable_reasons_name_the_breakage():
-    for version in ("0.32.0", "0.33.0"):
-        for na in MANIFESTS[version].not_applicable:
-            assert "was pinned on vLLM" in na.reason and f"on {version}: " in na.reason, na
+@pytest.mark.parametrize("version", sorted(MANIFESTS, key=Version))
+def test_nothing_required_is_left_not_applicable(version):
+    """Issue 13: every release the seed pins serves every required patch it needs (a version per release)."""
+    required = {p.id for p in PATCH_SET.patches.values() if p.required}
+    left = [n for n in MANIFESTS[version].not_applicable if n.patch in required]
+    assert not left, left
 
 
 # -- the real wheels -----------------------------------------------------------------------------
@@ -60,16 +72,10 @@ PIN_031 = {  # vLLM 0.31.0's signatures, as pinned from the installed release
 }
 
 
-# Required patches the shipped manifests mark not applicable (by `pin`, not by a reviewer): until they are
-# ported (issue 13), `check` must say so and fail, never "OK" (issue 11).
-REQUIRED_NOT_PORTED = {"0.32.0": {"batch-dispatch-override@1"},
-                       "0.33.0": {"batch-dispatch-override@1", "kv-config-hook@1"}}
-
-
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
 def test_check_of_the_wheel_against_its_own_manifest(version, monkeypatch, capsys):
-    """Every pin of the shipped manifest was read from the real release (and still reads the same);
-    the only findings are the required patches it marks not applicable."""
+    """Every pin of the shipped manifest was read from the real release (and still reads the same):
+    0 breakages, 0 required patches not applicable, exit 0."""
     import json
 
     wheel = cached_wheel_or_skip(version)
@@ -78,8 +84,9 @@ def test_check_of_the_wheel_against_its_own_manifest(version, monkeypatch, capsy
     doc = json.loads(capsys.readouterr().out)
     assert f"vLLM {version} (static, {wheel}" in doc["release"]
     found = {(b["kind"], b["patch"]) for p in doc["patches"] for b in p["breakages"]}
-    assert found == {("required_not_applicable", k) for k in REQUIRED_NOT_PORTED[version]}
-    assert code == 1
+    assert found == set()
+    assert doc["counts"]["broken"] == doc["counts"]["not_applicable"] == doc["counts"]["stale"] == 0
+    assert code == 0
 
 
 def test_wheel_032_pool_bytes_per_block_gained_a_parameter():
@@ -107,3 +114,27 @@ def test_wheel_033_kv_cache_sizing_moved_and_engine_core_follows():
     spec = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled"
     [b] = diff_signatures("p@1", spec, PIN_031[spec], rel.lookup(spec).signature)
     assert b.kind.value == "optional_parameter_added" and b.parameter == "draft_tokens"
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_pin_from_scratch_regenerates_the_shipped_manifests(version):
+    """A new release costs one `pin` run: with the release's own manifests deleted, pinning it from its wheel
+    gives back every committed manifest for it byte for byte (the `generated_by` line aside: it names how
+    the committed one was read)."""
+    from vllm_patchkit.contracts import StaticView
+    from vllm_patchkit.pin import pin_release, render, split_by_set
+    from vllm_patchkit.static import StaticRelease as Static
+
+    release = StaticView(Static.open(cached_wheel_or_skip(version)))
+    others = {v: m for v, m in MANIFESTS.items() if v != version}
+    pinned = pin_release(release, PATCH_SET, others, generated_by="x")
+    by_set = split_by_set(pinned.manifest, PATCH_SET)
+    folders = {s.name: s.manifests for s in builtin_patch_dirs()}
+    compared = 0
+    for name, part in by_set.items():
+        path = folders[name] / f"vllm-{version}.yaml"
+        want = [line for line in path.read_text().splitlines() if not line.startswith(("generated_by", "  the wheel"))]
+        got = [line for line in render(part).splitlines() if not line.startswith("generated_by")]
+        assert got[1:] == want[1:], (name, version)  # line 0: the schema path, relative to the folder
+        compared += 1
+    assert compared == 2  # the framework's `core` set and the seed's `deepseek-v4` set

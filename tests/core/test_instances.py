@@ -62,9 +62,10 @@ def test_with_an_implementation_and_twice_applied_does_not_stack(tmp_path, monke
     from vllm.v1.core.block_pool import BlockPool
 
     write_module(tmp_path, "patchkit_inst_impl", "seen = []\n"
-                 "def wrap(original, self, *args, **kwargs):\n"
+                 "def wrap(wrapped, instance, args, kwargs):\n"
+                 "    assert wrapped.__self__ is instance\n"
                  "    seen.append(args or tuple(kwargs.values()))\n"
-                 "    return original(self, *args, **kwargs)\n")
+                 "    return wrapped(*args, **kwargs)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     loader = _loader(tmp_path, implementation="patchkit_inst_impl:wrap")
     again = _loader(tmp_path / "again", implementation="patchkit_inst_impl:wrap")

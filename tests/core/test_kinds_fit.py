@@ -176,9 +176,9 @@ def test_wrapped_classmethod_still_receives_cls_and_is_counted(tmp_path, executo
     mod = impl_module("""
         SEEN = []
 
-        def supports_async_scheduling(original, cls):
-            SEEN.append(cls)
-            return ("wrapped", original(cls))
+        def supports_async_scheduling(wrapped, instance, args, kwargs):
+            SEEN.append((instance, wrapped.__self__, args, kwargs))  # the class, and the original bound to it
+            return ("wrapped", wrapped(*args, **kwargs))
     """)
     spec = f"{EX}:Executor.supports_async_scheduling"
     loader, rec = run(tmp_path, spec, implementation=f"{mod}:supports_async_scheduling")
@@ -191,7 +191,8 @@ def test_wrapped_classmethod_still_receives_cls_and_is_counted(tmp_path, executo
         assert executor.Executor.supports_async_scheduling() == ("wrapped", False)
         assert Sub.supports_async_scheduling() == ("wrapped", False)
         assert object.__new__(Sub).supports_async_scheduling() == ("wrapped", False)  # through an instance
-        assert sys.modules[mod].SEEN == [executor.Executor, Sub, Sub]
+        assert sys.modules[mod].SEEN == [(executor.Executor, executor.Executor, (), {}), (Sub, Sub, (), {}),
+                                         (Sub, Sub, (), {})]
         loader.sync_calls()
         assert rec.calls == 3
     finally:
@@ -201,8 +202,9 @@ def test_wrapped_classmethod_still_receives_cls_and_is_counted(tmp_path, executo
 
 def test_wrapped_staticmethod_gets_no_self_and_is_counted(tmp_path, executor, impl_module):
     mod = impl_module("""
-        def get_class(original, vllm_config):
-            return ("chosen for", vllm_config)
+        def get_class(wrapped, instance, args, kwargs):
+            assert instance is None  # a staticmethod: no instance, the original unbound
+            return ("chosen for", *args, *kwargs.values())
     """)
     spec = f"{EX}:Executor.get_class"
     loader, rec = run(tmp_path, spec, implementation=f"{mod}:get_class")
@@ -234,23 +236,24 @@ def test_passthrough_on_a_classmethod_forwards_cls(tmp_path, executor):
         loader.unpatch()
 
 
-def test_convention_on_a_classmethod_knows_cls_is_bound(tmp_path, executor, impl_module):
-    """The pinned signature of a classmethod is `(cls)`: an implementation must take cls after original
-    (Python passes it positionally); it never has to accept it by keyword."""
+def test_convention_on_a_classmethod_judges_the_wrap_shape(tmp_path, executor, impl_module):
+    """A wrap of a classmethod gets the class as `instance` (never among args): the old
+    `(original, cls)` form is refused by its shape; the 4-parameter form applies."""
     mod = impl_module("""
-        def forgets_cls(original):
-            return original()
+        def old_form(original, cls):
+            return original(cls)
 
-        def star(original, *args):
-            return original(*args)
+        def four(wrapped, instance, args, kwargs):
+            return wrapped(*args, **kwargs)
     """)
     spec = f"{EX}:Executor.supports_async_scheduling"
-    _, rec = run(tmp_path / "a", spec, implementation=f"{mod}:forgets_cls")
+    _, rec = run(tmp_path / "a", spec, implementation=f"{mod}:old_form")
     assert (rec.state, rec.code) == ("failed", "convention")
-    assert rec.reason == (f"implementation {mod}:forgets_cls does not accept parameter 'cls' (the target takes it at "
-                          "position 0): vLLM's call passing it raises TypeError")
-    loader, rec = run(tmp_path / "b", spec, implementation=f"{mod}:star")
+    assert rec.reason.startswith(f"implementation {mod}:old_form cannot be called as impl(wrapped, instance, args, "
+                                 "kwargs)")
+    loader, rec = run(tmp_path / "b", spec, implementation=f"{mod}:four")
     try:
         assert rec.state == "applied", rec
+        assert executor.Executor.supports_async_scheduling() is False
     finally:
         loader.unpatch()

@@ -276,13 +276,13 @@ def test_runner_whose_model_is_not_the_plugins(configs, loader, monkeypatch):
 
     calls = []
     real = bdo.plugin_model
-    monkeypatch.setattr(bdo, "plugin_model", lambda r: calls.append(r) or real(r))
+    monkeypatch.setattr(bdo, "plugin_model", lambda r, ctx: calls.append(r) or real(r, ctx))
     runner = make_runner(configs["llama"])
     add_row(runner, "tail", prompt_len=129, computed=128)
     for _ in range(3):
         assert step(runner, [1]) == ("FULL", "FULL")
     assert calls == [runner]
-    assert runner.__dict__[bdo.RUNNER_ATTR] is None
+    assert runner.__dict__[bdo.RUNNER_ATTR] is False
     loader.sync_calls()
     detail = loader.records[PATCH_ID].detail
     assert detail["steps_seen"] == 0

@@ -24,6 +24,8 @@ import yaml
 
 from vllm_patchkit import runtime
 from vllm_patchkit.adapters import INTERVAL_ENV, REGISTRY, CheckpointSpec, DeepseekV4Adapter, ModelAdapter
+from vllm_patchkit.context import PatchContext
+from vllm_patchkit.declare import parse_patch
 from vllm_patchkit.demo.tiny_model import build_tiny_model
 from vllm_patchkit.patches import kv_config_hook as hook
 
@@ -83,10 +85,15 @@ def toy_specs(adapter, k=3, proxy_page=512, image_page=PAGE):
     return specs
 
 
+def call_hook(wrapped, *args, **kwargs):
+    """The implementation as the framework calls a wrap of a module function: no instance, a context."""
+    return hook.get_kv_cache_configs(wrapped, None, args, kwargs, PatchContext.detached(parse_patch(YAML)))
+
+
 def run_hook(vc, specs, blocks=PHYSICAL, page=PAGE):
     from vllm.v1.core import kv_cache_utils
 
-    return hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vc, [specs], [blocks * page])
+    return call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [blocks * page])
 
 
 def vllm_alone(vc, specs, blocks=PHYSICAL, page=PAGE):
@@ -327,7 +334,7 @@ def test_without_the_proxy_layer_it_passes_through_unchanged(checkpoint, toy, wh
     memory = [2000 * 37_440 * 4]
     a, b = copy.deepcopy(base), copy.deepcopy(base)
     expected = kv_cache_utils.get_kv_cache_configs(a, [copy.deepcopy(specs)], memory)
-    got = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, b, [copy.deepcopy(specs)], memory)
+    got = call_hook(kv_cache_utils.get_kv_cache_configs, b, [copy.deepcopy(specs)], memory)
     assert got == expected
     assert b.model_config.max_model_len == a.model_config.max_model_len
 
@@ -346,7 +353,7 @@ def test_forwards_keyword_calls(checkpoint, toy):
     from vllm.v1.core import kv_cache_utils
 
     vc = make_config(checkpoint, -1)
-    configs = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vllm_config=vc,
+    configs = call_hook(kv_cache_utils.get_kv_cache_configs, vllm_config=vc,
                                         kv_cache_specs=[toy_specs(toy)], available_memory=[PHYSICAL * PAGE])
     assert configs[0].num_blocks == 89 and vc.model_config.max_model_len == 20_992
 
@@ -366,8 +373,8 @@ def test_calls_vllm_the_way_it_was_called(checkpoint, toy, with_proxy):
         return kv_cache_utils.get_kv_cache_configs(*args, **kwargs)
 
     specs = toy_specs(toy) if with_proxy else _llama_specs()
-    hook.get_kv_cache_configs(spy, make_config(checkpoint, -1), kv_cache_specs=[specs], available_memory=[10**7])
-    hook.get_kv_cache_configs(spy, make_config(checkpoint, -1), [specs], [10**7])
+    call_hook(spy, make_config(checkpoint, -1), kv_cache_specs=[specs], available_memory=[10**7])
+    call_hook(spy, make_config(checkpoint, -1), [specs], [10**7])
     assert seen == [(1, ["available_memory", "kv_cache_specs"]), (3, [])]
 
 
@@ -390,7 +397,7 @@ def test_v4_adapter_prices_the_proxy_and_withholds_its_slots(checkpoint):
     page = sizing.page_bytes
     assert (page, sizing.k, sizing.withheld_blocks) == (985_856, 6, 126)
     specs = toy_specs(adapter, k=6, image_page=page)  # fake proxy under the V4 proxy's name, nominal 512 B
-    (cfg,) = hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, vc, [specs], [200 * page])
+    (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [200 * page])
     assert cfg.num_blocks == 200 - 126
     assert {g.kv_cache_spec.page_size_bytes for g in cfg.kv_cache_groups} == {page}
     assert vc.model_config.max_model_len == (200 - 126 - 1 - 2 * 6) * BS  # 15,616
@@ -461,12 +468,34 @@ def test_skipped_for_a_llama(checkpoint, engine_core_loader):
     assert (rec.state, rec.code) == ("skipped", "precondition") and "architectures" in rec.reason
 
 
-def test_auto_fit_helper_signature_is_checked(monkeypatch, checkpoint, toy):
+def test_auto_fit_helper_signature_is_checked(monkeypatch, v4_checkpoint, standin_registered, engine_core_loader):
+    """The helper is declared in `uses` and pinned: a changed one stops start-up before the hook is installed."""
     from vllm.v1.core import kv_cache_utils
 
+    from vllm_patchkit.errors import RequiredPatchFailed
+
+    original = kv_cache_utils.get_kv_cache_configs
     monkeypatch.setattr(kv_cache_utils, "_auto_fit_max_model_len", lambda builder, vllm_config, groups, mem: None)
-    with pytest.raises(RuntimeError, match="does not fit the installed vLLM"):
-        run_hook(make_config(checkpoint, -1), toy_specs(toy))
+    with pytest.raises(RequiredPatchFailed):
+        engine_core_loader.run_config_stage(make_config(v4_checkpoint, -1))
+    rec = engine_core_loader.records["kv-config-hook"]
+    assert (rec.state, rec.code) == ("failed", "uses") and "_auto_fit_max_model_len" in rec.reason
+    assert kv_cache_utils.get_kv_cache_configs is original
+
+
+def test_detached_context_keeps_the_decisions(checkpoint, toy):
+    """Called outside the plugin, the counters and notes stay on the context (never lost)."""
+    from vllm.v1.core import kv_cache_utils
+
+    ctx = PatchContext.detached(parse_patch(YAML))
+    hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, None,
+                              (make_config(checkpoint, -1), [toy_specs(toy)], [PHYSICAL * PAGE]), {}, ctx)
+    assert ctx.counts == {"decisions": {"sized": 1}} and ctx.notes["last_call"]["decision"] == "sized"
+    with pytest.raises(hook.PoolTooSmall):
+        hook.get_kv_cache_configs(kv_cache_utils.get_kv_cache_configs, None,
+                                  (make_config(checkpoint, 20_992, override=PHYSICAL - 1), [toy_specs(toy)],
+                                   [(PHYSICAL - 1) * PAGE]), {}, ctx)
+    assert ctx.counts == {"decisions": {"sized": 1, "refused": 1}} and "block(s) short" in ctx.refused
 
 
 def test_refusal_at_start_up_marks_the_record_refused(v4_checkpoint, toy, standin_registered, engine_core_loader):

@@ -55,11 +55,18 @@ def build_corpus() -> Corpus:
     ps = load_patch_set(dirs)  # the base must be valid
     texts = {p.name: p.read_text() for d in dirs for p in sorted(d.glob("*.yaml"))}
     docs = {n: yaml.safe_load(t) for n, t in texts.items()}
-    file_of = {d["id"]: n for n, d in docs.items()}
-    newest = {}
+    from vllm_patchkit.preconditions import version_matches
+
+    newest = {}  # the newest version of each patch that admits the installed release (its targets exist here)
     for p in ps.patches.values():
+        if not version_matches(p.when, installed_vllm_version()):
+            continue
         if p.id not in newest or p.version > newest[p.id].version:
             newest[p.id] = p
+    # the file of the version in use on this release (a patch may have one file per version)
+    file_of = {d["id"]: n for n, d in docs.items() if d["id"] in newest and d["version"] == newest[d["id"]].version}
+    texts = {n: t for n, t in texts.items() if n in file_of.values()}  # other releases' versions: not loadable here
+    docs = {n: d for n, d in docs.items() if n in file_of.values()}
     required_by_others = {r for p in newest.values() for r in p.requires}
     spare = max(pid for pid in newest if pid not in required_by_others)
     pinned = {pid: {"patch": p.key, "targets": {s: live_pin(s) for s in pinned_specs(p)}}

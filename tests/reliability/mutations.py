@@ -214,6 +214,11 @@ BAD_SPEC = st.one_of(
                      "mod :x", "mod:x\n", "vllm.config.vllm::VllmConfig"]),
     _printable.filter(lambda s: ":" not in s),
 )
+PARAM_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a Python parameter name (ASCII)
+BAD_PARAM = st.one_of(
+    st.sampled_from(["", "1x", "a b", "a-b", "a.b", "é", "*args", "x\n"]),
+    _printable.filter(lambda s: not PARAM_RULE.fullmatch(s)),
+)
 BAD_ENV = st.one_of(
     st.sampled_from(["", "lower", "1ABC", "A-B", "A B", "ÄB", "A.B"]),
     _printable.filter(lambda s: not ENV_RULE.fullmatch(s)),
@@ -246,6 +251,7 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "value_from", ""): BAD_SPEC,
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
+    ("Patch", "params", "item"): BAD_PARAM,
     ("Patch", "requires", "item"): BAD_ID,
     ("Patch", "processes", ""): st.just([]),
     ("When", "vllm", ""): BAD_SPECIFIER,

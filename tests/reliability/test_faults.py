@@ -123,7 +123,7 @@ def test_implementation_raising_at_import(tmp_path, monkeypatch, vllm_modules, p
     kvu, _ = vllm_modules
     name = f"patchkit_fault_impl_{error.lower()}_{'req' if required else 'opt'}"
     (tmp_path / f"{name}.py").write_text(f"raise {error}(\"No module named 'atom_kernels' (simulated)\")\n"
-                                         "def wrap(original, *a, **k):\n    return original(*a, **k)\n")
+                                         "def wrap(wrapped, instance, args, kwargs):\n    return wrapped(*args, **kwargs)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     before = kvu._pool_bytes_per_block
     doc = patch_doc(id="faulty", kind="wrap", target=POOL, implementation=f"{name}:wrap", processes=["engine_core"],
@@ -139,7 +139,7 @@ def test_implementation_package_raising_importerror_is_a_recorded_failure(tmp_pa
     pkg = tmp_path / "patchkit_fault_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise ImportError(\"No module named 'atom_kernels' (simulated)\")\n")
-    (pkg / "impl.py").write_text("def wrap(original, *a, **k):\n    return original(*a, **k)\n")
+    (pkg / "impl.py").write_text("def wrap(wrapped, instance, args, kwargs):\n    return wrapped(*args, **kwargs)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     doc = patch_doc(id="faulty", kind="wrap", target=POOL, implementation="patchkit_fault_pkg.impl:wrap",
                     processes=["engine_core"], required=False)

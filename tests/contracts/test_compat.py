@@ -1,0 +1,103 @@
+"""Compatibility is judged per patch: the same upstream change breaks one patch and not another.
+
+Real signatures: vLLM 0.31.0's pins against 0.32.0 and 0.33.0 read from their wheels
+(`_determine_batch_execution_and_padding` gained a default for `use_cascade_attn`;
+`_pool_bytes_per_block` gained a required first parameter; `postprocess_sampled` gained
+`draft_tokens`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_patchkit.breakage import Breakage, BreakageKind as K
+from vllm_patchkit.compat import judge
+from vllm_patchkit.contracts import open_release
+from vllm_patchkit.check import examine
+from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.schema import Kind
+
+from .helpers import cached_wheel_or_skip
+
+DISPATCH = "vllm.v1.worker.gpu_model_runner:GPUModelRunner._determine_batch_execution_and_padding"
+
+
+@pytest.fixture(scope="module")
+def seed():
+    sources = builtin_patch_dirs()
+    ps = load_patch_set(sources)
+    pins = {v: loaded.manifest for v, loaded in load_manifests(manifest_dirs(sources), ps).items()}
+    return ps, pins
+
+
+def _entry(manifest, pid):
+    return next(e for e in manifest.patches if e.patch.split("@")[0] == pid)
+
+
+def _release(version):
+    return open_release(version, str(cached_wheel_or_skip(version)))
+
+
+def test_dispatch_override_survives_a_new_default(seed):
+    ps, pins = seed
+    patch = ps.patches["batch-dispatch-override@1"]
+    _, found = examine(_release("0.32.0"), patch, dict(_entry(pins["0.31.0"], "batch-dispatch-override").targets))
+    assert [b.kind for b in found] == [K.parameter_now_optional]
+    assert found[0].parameter == "use_cascade_attn" and found[0].breaking is False
+    assert "reads only" in found[0].compat and "force_uniform_decode" in found[0].compat
+
+
+def test_the_same_change_breaks_a_patch_that_reads_the_parameter(seed):
+    ps, pins = seed
+    patch = ps.patches["batch-dispatch-override@1"]
+    reads_it = patch.model_copy(update={"params": [*patch.params, "use_cascade_attn"]})
+    _, found = examine(_release("0.32.0"), reads_it, dict(_entry(pins["0.31.0"], "batch-dispatch-override").targets))
+    assert [(b.kind, b.breaking) for b in found] == [(K.parameter_now_optional, True)]
+    assert "'use_cascade_attn'" in found[0].compat
+
+
+def test_a_replace_does_not_survive_it(seed):
+    ps, _ = seed
+    patch = ps.patches["batch-dispatch-override@1"].model_copy(
+        update={"kind": Kind.replace, "params": [], "implementation": "x.y:z"})
+    b = Breakage(K.parameter_now_optional, patch.key, DISPATCH, parameter="use_cascade_attn", new="False")
+    assert judge(patch, b).breaking is True
+
+
+def test_passthrough_survives_an_added_required_parameter(seed):
+    ps, pins = seed
+    patch = ps.patches["pool-bytes-passthrough@1"]
+    _, found = examine(_release("0.32.0"), patch, dict(_entry(pins["0.31.0"], "pool-bytes-passthrough").targets))
+    assert {b.kind for b in found} == {K.required_parameter_added, K.positional_shift}
+    assert all(not b.breaking and "verbatim passthrough" in b.compat for b in found)
+
+
+def test_a_moved_target_breaks_every_patch(seed):
+    ps, pins = seed
+    patch = ps.patches["pool-bytes-passthrough@1"]
+    _, found = examine(_release("0.33.0"), patch, dict(_entry(pins["0.31.0"], "pool-bytes-passthrough").targets))
+    moved = [b for b in found if b.kind is K.target_moved]
+    assert moved and all(b.breaking for b in moved)
+
+
+def test_a_used_callable_that_changed_breaks_the_patch(seed):
+    ps, _ = seed
+    patch = ps.patches["kv-config-hook@1"]
+    used = patch.uses[0]
+    b = Breakage(K.positional_shift, patch.key, used, parameter="builder", old=("vllm_config",), new=("builder",))
+    assert judge(patch, b).breaking is True and "calls this upstream callable" in judge(patch, b).compat
+
+
+def test_check_reports_compatible_drift_as_carry_with_exit_zero(seed):
+    from vllm_patchkit.check import check
+
+    ps, pins = seed
+    only = type(ps)({k: v for k, v in ps.patches.items() if k == "batch-dispatch-override@1"},
+                    {k: v for k, v in ps.files.items() if k == "batch-dispatch-override@1"})
+    report = check(_release("0.32.0"), only, {"0.31.0": pins["0.31.0"]})
+    assert [r.status for r in report.results] == ["compatible"] and report.exit_code() == 0
+    # the same drift against the release's own (stale) manifest fails: the loader compares pins exactly
+    stale = pins["0.31.0"].model_copy(update={"vllm": "0.32.0"})
+    report = check(_release("0.32.0"), only, {"0.32.0": stale})
+    assert [r.status for r in report.results] == ["stale"] and report.exit_code() == 1
