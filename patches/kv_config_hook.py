@@ -199,6 +199,20 @@ def _decided(ctx: PatchContext, detail: dict) -> None:
     ctx.note(last_call=detail)
 
 
+def _check_block_size(adapter: ModelAdapter, kv_cache_specs: list[dict], images: list[str]) -> None:
+    """The proxy and image layers must use the adapter's block size: pages and images are sized per block of
+    that many tokens, and a serve at another --block-size would mix units silently."""
+    for worker in kv_cache_specs:
+        for name in [adapter.proxy_layer_name, *images]:
+            spec = worker.get(name)
+            got = getattr(spec, "block_size", None)
+            if spec is not None and got != adapter.block_size:
+                raise ValueError(
+                    f"vllm-patchkit: {PATCH_ID}: layer {name} has block size {got}, the {adapter.name} adapter's "
+                    f"checkpoint spec is per {adapter.block_size}-token block: serve with "
+                    f"--block-size {adapter.block_size}")
+
+
 def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memory,
               sizing: Optional[Sizing] = None, placement: Optional[Placement] = None) -> PoolPlan:
     """Everything the hook decides before calling vLLM; raises PoolTooSmall when one request cannot fit."""
@@ -208,8 +222,9 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
     if images and len(images) != sizing.k:
         raise ValueError(
             f"vllm-patchkit: {PATCH_ID}: the model registered {len(images)} {adapter.name} image layers, the "
-            f"adapter's checkpoint spec needs k = ceil({sizing.spec.image_bytes} / {sizing.page_bytes}) = "
-            f"{sizing.k}: the model and the adapter disagree about the image")
+            f"adapter's checkpoint spec needs k = {sizing.k} (an image of {sizing.spec.image_bytes} B in pages "
+            f"of {sizing.page_bytes} B): the model and the adapter disagree about the image")
+    _check_block_size(adapter, kv_cache_specs, images)
     mc = vllm_config.model_config
     plan = PoolPlan(
         adapter=adapter.name,

@@ -1,10 +1,5 @@
 """Static: a target's fingerprint read from a wheel or a source tree, without importing vLLM.
 
-Size (~690 lines): a hand-written reader of Python sources (imports, re-exports, decorators,
-inheritance, by-value copies). Issue 12 asks to rebuild it on griffe's loader with this
-project's rules as an extension; until then it stays one module, tested against live imports
-(tests/contracts/test_static_reader.py: static == live on a synthetic tree and a wheel).
-
 `StaticRelease(open_source(path)).lookup("vllm.v1.engine.core:get_kv_cache_configs")`
 parses only the modules the name passes through (each once; a parsed module is
 cached), follows `from x import y` and `import x.y as z` to the definition, and
@@ -17,179 +12,80 @@ properties (kind "attribute", as `fingerprint.raw_kind` sees them), class
 attributes and module constants, nested classes, names imported by value from
 another module of the release, and simple aliases (`x = y`).
 
+One concept per module: `static_source.py` (the files of a wheel read in place, or
+of a folder), `static_tables.py` (what each statement of a module or class body
+binds, in execution order), `static_decorators.py` (the kind and the `__wrapped__`
+layers a decorated def has live), and this one (following names across modules
+and bases to a definition; where a missing one went).
+
 Traps, documented where they live (wrapt's habit):
 
-- **Decorator layers** (`Fingerprint.wrappers`) are a best guess: live, a layer
-  is anything with `__wrapped__`, and statically the decorator is not run. The
-  rules, applied bottom-up: a decorator known not to wrap (`NOT_WRAPPING`:
-  staticmethod, property, abstractmethod, overload, pydantic validators, ...)
-  adds nothing; `functools.cache`/`lru_cache` add `functools._lru_cache_wrapper`;
-  a decorator defined in the release adds a layer named `<module>.<qualname>` of
-  the function (what a `functools.wraps` layer reports live) if its code calls
-  `wraps`/`update_wrapper` or sets `__wrapped__`; if it always returns a nested
-  function without them, that nested function is what live sees (its signature
-  and digest are read instead); otherwise it is taken to return the function
-  unchanged. A decorator from outside the release (torch, ...) counts as one
-  layer. vLLM decorators that wrap only in some environments are listed in
-  `KNOWN_DECORATORS` with their usual behaviour (`@instrument` wraps when
-  OpenTelemetry is importable; `@with_gpu_sync_check` only in a debug mode): in
-  another environment the live layers differ from the pin. Class decorators that
-  replace methods (vLLM's `@support_torch_compile` rewrites `__init__`) are not seen.
+- **Decorator layers** (`Fingerprint.wrappers`) are a best guess, the decorator
+  is not run: the rules are in `static_decorators.py`.
 - **Code that runs at import** is not run: a name set in a loop, by `setattr`,
   by `globals()`, through a module `__getattr__`, or by a star import of a
   module outside the release is not found. `if TYPE_CHECKING:` blocks are
-  skipped; for other `if`/`try` blocks the first branch wins over `else`/`except`.
+  skipped; for other `if`/`try` blocks the first branch wins over `else`/`except`
+  (`static_tables.py`).
 - **Generated methods** (a dataclass's `__init__`) have no source: not found.
 - **Objects from outside the release** (a name imported from torch) are reported
   as unreadable, not guessed.
 - **Inherited attributes**: a class that has a name only through a base is
   `Missing(inherited_from="module:Base.name")` (the base found first, depth
   first over `bases` as written; live, the MRO decides).
+
+Why not griffe (issue 12 item 5; measured with `benchmarks/static_reader.py`, griffe 2.4.1, on
+this project's shared 2-CPU machine, each reader in its own process). griffe was declared as a
+dependency to build this reader on its loader; it is not built on it, and griffe is no longer a
+dependency, because:
+
+- **It loads the whole package, always.** `GriffeLoader.load("vllm")` visits every module of vLLM
+  (2,705 / 2,802 / 3,154 modules in the 0.31.0 / 0.32.0 / 0.33.0 wheels); with `submodules=False`
+  it loads only `vllm/__init__.py`, and `load("vllm.v1.engine.core", submodules=False)` fails
+  (`KeyError: 'v1'`): there is no public way to load only the modules a lookup passes through.
+  The 21 pinned places need 13 modules. Looking them up with source digests on 0.33.0: this
+  reader 0.26 s and 69 MB peak RSS, griffe 39.3 s (37.8 s of it the load) and 390 MB: 150x.
+  With every def of their modules too (625 / 638 / 663 places on 0.31.0 / 0.32.0 / 0.33.0):
+  this reader 1.11 / 0.69 / 0.40 s and 110 / 112 / 71 MB, griffe 30.2 / 23.5 / 26.7 s and
+  361 / 372 / 404 MB (27x / 34x / 67x). Per module griffe is not the cost: `griffe.visit` of
+  10 of those modules (1 MB of source, 0.33.0) takes 0.34 s against 0.27 s for `ast.parse` plus
+  the tables here; but a lazy loader on `griffe.visit` is a module finder, an on-demand loader and an
+  alias resolver written here (or griffe's private `_load_submodule`), which is what griffe was to bring.
+- **It cannot read a wheel.** Its finder and loader take file-system paths (a wheel on
+  `search_paths` gives `ModuleNotFoundError: vllm`): the wheel's 3,231 `vllm/*.py` (57 MB) must
+  be extracted first, 1-2.5 s. This reader decompresses only the files it parses.
+- **Its model of a module is the documentation's, not the interpreter's**, so the project's rules
+  would all still be written here, on top of it. On the synthetic package of
+  `tests/contracts/test_static_reader.py`: `parse` bound by `try: from json import loads as parse`
+  / `except ImportError: def parse(s)` is, for griffe, the fallback `def parse(s)` (the handler
+  is visited last and overwrites the member), where the interpreter (and this reader) has
+  `json.loads`; `public = _impl` and a class's `run = step` are griffe `Attribute`s with a value
+  expression, not aliases (griffe gives kind "attribute"; live they are the function `(a, b=None)`
+  and the method `step`). Its parameters render as `fingerprint.render_arguments` does (defaults
+  too: `1e3`, `0x10`, `"a" "b"`, `2**10` give the same text); but griffe keeps no syntax tree, so
+  the source digest, the decorator rules (does it call `functools.wraps`? which nested function
+  does it return?) and the kind rules all reparse the definition from the lines griffe kept. With
+  those rules on top (the benchmark's `GriffeReader`), griffe's answers equal this reader's on
+  every vLLM place above, on all three releases (none is one of the cases just named): correctness
+  is reachable with work; the time and memory of the whole-package load are not.
 """
 
 from __future__ import annotations
 
 import ast
-import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from . import fingerprint as fp
 from .schema import Fingerprint
-
-# Decorators that leave no `__wrapped__` layer (matched on the last dotted name).
-NOT_WRAPPING = frozenset({
-    "staticmethod", "classmethod", "property", "cached_property", "abstractmethod", "abstractproperty",
-    "overload", "override", "final", "setter", "getter", "deleter", "no_type_check", "runtime_checkable",
-    "dataclass", "total_ordering", "unique", "unused", "ignore", "export",
-    "model_validator", "field_validator", "validator", "root_validator", "field_serializer", "model_serializer",
-})
-# Decorators whose layer is an object, not a function: live names the object's type.
-OBJECT_LAYERS = {"lru_cache": "functools._lru_cache_wrapper", "cache": "functools._lru_cache_wrapper"}
-# vLLM's decorators that wrap only in some environments: do they in a standard deployment?
-KNOWN_DECORATORS = {
-    "vllm.tracing:instrument": True,  # wraps when OpenTelemetry is importable (a dependency of vLLM)
-    "vllm.utils.gpu_sync_debug:with_gpu_sync_check": False,  # wraps only in vLLM's GPU-sync debug mode
-}
-ATTRIBUTE_DECORATORS = frozenset({"property", "cached_property", "setter", "getter", "deleter", "abstractproperty"})
-
-FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+from .static_decorators import decorated, kind_of
+from .static_source import DirSource, Source, WheelSource, module_name, open_source
+from .static_tables import (FUNCS, Binding, Import, ModuleRef, ModuleTable, Scope, Value, class_scope, dotted,
+                            parse_module)
 
 
-def _sets_wrapped(node: ast.AST) -> bool:
-    """Does this decorator (or decorator factory, or class) leave `__wrapped__` on what it returns?"""
-    for n in ast.walk(node):
-        if isinstance(n, ast.Call):
-            name = (_dotted(n.func) or "").rpartition(".")[2]
-            if name in ("wraps", "update_wrapper"):
-                return True
-        elif isinstance(n, ast.Attribute) and n.attr == "__wrapped__" and isinstance(n.ctx, ast.Store):
-            return True
-    return False
-
-
-def _returned_nested_def(fn: ast.AST) -> Optional[ast.AST]:
-    """The nested function a plain decorator always returns (None if it may return anything else)."""
-    nested = {st.name: st for st in fn.body if isinstance(st, FUNCS)}
-    returns: list[ast.Return] = []
-    stack = list(fn.body)
-    while stack:
-        st = stack.pop()
-        if isinstance(st, ast.Return):
-            returns.append(st)
-        elif not isinstance(st, (*FUNCS, ast.ClassDef)):
-            stack.extend(c for c in ast.iter_child_nodes(st) if isinstance(c, ast.stmt))
-    names = {r.value.id if isinstance(r.value, ast.Name) else None for r in returns}
-    if len(names) == 1:
-        name = names.pop()
-        return nested.get(name) if name else None
-    return None
-
-
-# -- sources ------------------------------------------------------------------------------------
-class Source:
-    """Files of a release: relative POSIX paths under the root that holds the top-level packages."""
-
-    label: str
-
-    def read(self, rel: str) -> Optional[bytes]:
-        raise NotImplementedError
-
-    def python_files(self, top: str) -> list[str]:
-        raise NotImplementedError
-
-    def root(self) -> Any:
-        """A pathlib-like root (`/`, `.read_text()`, `.is_file()`) handed to retirement probes."""
-        raise NotImplementedError
-
-    def version_hint(self) -> Optional[str]:
-        return None
-
-
-class DirSource(Source):
-    """An unpacked source tree or an installed site-packages folder."""
-
-    def __init__(self, root: Path):
-        self._root = Path(root)
-        self.label = str(self._root)
-
-    def read(self, rel: str) -> Optional[bytes]:
-        try:
-            return (self._root / rel).read_bytes()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-
-    def python_files(self, top: str) -> list[str]:
-        base = self._root / top
-        return sorted(p.relative_to(self._root).as_posix() for p in base.rglob("*.py")) if base.is_dir() else []
-
-    def root(self) -> Path:
-        return self._root
-
-
-class WheelSource(Source):
-    """A wheel (or any zip) read in place: members are decompressed one at a time, on demand."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.label = str(self.path)
-        self._zip = zipfile.ZipFile(self.path)
-        self._names = set(self._zip.namelist())
-
-    def read(self, rel: str) -> Optional[bytes]:
-        return self._zip.read(rel) if rel in self._names else None
-
-    def python_files(self, top: str) -> list[str]:
-        prefix = top.rstrip("/") + "/"
-        return sorted(n for n in self._names if n.startswith(prefix) and n.endswith(".py"))
-
-    def root(self) -> zipfile.Path:
-        return zipfile.Path(self._zip)
-
-    def version_hint(self) -> Optional[str]:
-        parts = self.path.name.split("-")
-        return parts[1] if self.path.suffix == ".whl" and len(parts) > 2 else None
-
-    def close(self) -> None:
-        self._zip.close()
-
-
-def open_source(path: Union[str, Path]) -> Source:
-    """A wheel/zip file or a directory (the folder that holds `vllm/`, or `vllm/` itself)."""
-    p = Path(path)
-    if p.is_file():
-        if not zipfile.is_zipfile(p):
-            raise ValueError(f"{p}: not a wheel or zip file")
-        return WheelSource(p)
-    if p.is_dir():
-        if (p / "__init__.py").is_file() and not (p / p.name / "__init__.py").is_file():
-            return DirSource(p.parent)  # given the package folder itself
-        return DirSource(p)
-    raise FileNotFoundError(f"{p}: no such wheel or source folder")
-
-
-def _literal_digest(node: ast.AST) -> Optional[str]:
+def literal_digest(node: ast.AST) -> Optional[str]:
     """The value digest of a constant written as a literal (as `fingerprint.value_digest` of the live
     value); None when the source does not spell a literal (a call, an expression, a property)."""
     if not isinstance(node, ast.expr):
@@ -220,7 +116,7 @@ class Definition:
         if isinstance(self.node, ast.Lambda):
             return Fingerprint(kind=self.kind, signature=fp.render_arguments(self.node.args))
         if self.kind == "attribute":
-            return Fingerprint(kind="attribute", value_digest=_literal_digest(self.node))
+            return Fingerprint(kind="attribute", value_digest=literal_digest(self.node))
         f = fp.from_def(self.node, self.kind, with_digest)
         return f.model_copy(update={"wrappers": list(self.wrappers)}) if self.wrappers else f
 
@@ -237,128 +133,14 @@ class Missing:
     inherited_from: Optional[str] = None
 
 
-# -- module tables ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Import:
-    module: str
-    name: str
-
-
-@dataclass(frozen=True)
-class _ModuleRef:
-    module: str
-
-
-@dataclass(frozen=True)
-class _Value:
-    node: Optional[ast.expr]  # None: bound by something we do not evaluate (tuple unpacking, ...)
-
-
-Binding = Union[ast.AST, _Import, _ModuleRef, _Value]
-
-
-@dataclass
-class _Scope:
-    names: dict[str, Binding] = field(default_factory=dict)
-    star: list[str] = field(default_factory=list)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _absolute(module: Optional[str], level: int, package: str) -> str:
-    if level == 0:
-        return module or ""
-    base = package.split(".")
-    base = base[: len(base) - (level - 1)] if level > 1 else base
-    return ".".join([*base, module] if module else base)
-
-
-def _bind(stmts: list[ast.stmt], scope: _Scope, package: str) -> None:
-    """Record what each statement binds, in execution order (a later binding wins)."""
-    for st in stmts:
-        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            scope.names[st.name] = st
-        elif isinstance(st, ast.Import):
-            for a in st.names:
-                if a.asname:
-                    scope.names[a.asname] = _ModuleRef(a.name)
-                else:
-                    top = a.name.split(".")[0]
-                    scope.names[top] = _ModuleRef(top)
-        elif isinstance(st, ast.ImportFrom):
-            mod = _absolute(st.module, st.level, package)
-            for a in st.names:
-                if a.name == "*":
-                    scope.star.append(mod)
-                else:
-                    scope.names[a.asname or a.name] = _Import(mod, a.name)
-        elif isinstance(st, ast.Assign):
-            for t in st.targets:
-                if isinstance(t, ast.Name):
-                    scope.names[t.id] = _Value(st.value)
-                elif isinstance(t, (ast.Tuple, ast.List)):
-                    for e in t.elts:
-                        if isinstance(e, ast.Name):
-                            scope.names[e.id] = _Value(None)
-        elif isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
-            scope.names[st.target.id] = _Value(st.value)
-        elif isinstance(st, ast.If):
-            if _is_type_checking(st.test):
-                _bind(st.orelse, scope, package)
-            else:
-                _bind(st.orelse, scope, package)
-                _bind(st.body, scope, package)
-        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
-            for h in st.handlers:
-                _bind(h.body, scope, package)
-            _bind(st.body, scope, package)
-            _bind(st.orelse, scope, package)
-            _bind(st.finalbody, scope, package)
-        elif isinstance(st, (ast.With, ast.AsyncWith)):
-            _bind(st.body, scope, package)
-        elif isinstance(st, ast.Delete):
-            for t in st.targets:
-                if isinstance(t, ast.Name):
-                    scope.names.pop(t.id, None)
-
-
-@dataclass
-class _Module:
-    name: str
-    path: str
-    package: str  # the package relative imports start from
-    scope: _Scope
-
-
-@dataclass(frozen=True)
-class _Owner:
-    """A resolved owner on the way down a qualname: a module, or a class defined in a module."""
-
-    module: str
-    qualname: str = ""  # "" for the module itself
-    node: Optional[ast.ClassDef] = None
-
-
-def _dotted(expr: ast.expr) -> Optional[str]:
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        head = _dotted(expr.value)
-        return f"{head}.{expr.attr}" if head else None
-    return None
-
-
 # -- the release --------------------------------------------------------------------------------
 class StaticRelease:
     """One release's source, read without importing it. Parsed modules are cached per instance."""
 
     def __init__(self, source: Source, version: Optional[str] = None):
         self.source = source
-        self._modules: dict[str, Optional[_Module]] = {}
-        self._class_scopes: dict[int, _Scope] = {}
+        self._modules: dict[str, Optional[ModuleTable]] = {}
+        self._class_scopes: dict[int, Scope] = {}
         self._texts: dict[str, bytes] = {}  # file -> text, read once (for find_moved)
         self._moved: dict[tuple[str, int], list[str]] = {}
         self._version = version
@@ -388,30 +170,19 @@ class StaticRelease:
         return self._version
 
     # -- modules
-    def module(self, name: str) -> Optional[_Module]:
-        if name in self._modules:
-            return self._modules[name]
-        rel = name.replace(".", "/")
-        mod = None
-        for path, is_pkg in ((f"{rel}.py", False), (f"{rel}/__init__.py", True)):
-            raw = self.source.read(path)
-            if raw is None:
-                continue
-            tree = ast.parse(raw, filename=path)
-            scope = _Scope()
-            package = name if is_pkg else name.rpartition(".")[0]
-            _bind(tree.body, scope, package)
-            mod = _Module(name, path, package, scope)
-            break
-        self._modules[name] = mod
-        return mod
+    def module(self, name: str) -> Optional[ModuleTable]:
+        """The table of module `name` (None if the release has no such module), parsed once."""
+        if name not in self._modules:  # a file that does not parse raises SyntaxError, every time
+            rel = name.replace(".", "/")
+            found = ((path, self.source.read(path)) for path in (f"{rel}.py", f"{rel}/__init__.py"))
+            path, raw = next(((p, r) for p, r in found if r is not None), (None, None))
+            self._modules[name] = parse_module(name, path, raw) if raw is not None else None
+        return self._modules[name]
 
-    def _class_scope(self, node: ast.ClassDef, package: str) -> _Scope:
+    def _class_scope(self, node: ast.ClassDef, package: str) -> Scope:
         scope = self._class_scopes.get(id(node))
         if scope is None:
-            scope = _Scope()
-            _bind(node.body, scope, package)
-            self._class_scopes[id(node)] = scope
+            scope = self._class_scopes[id(node)] = class_scope(node, package)
         return scope
 
     # -- name resolution
@@ -436,15 +207,15 @@ class StaticRelease:
             return Missing(f"{module}:{name}", f"module {module!r} has no attribute {name!r}")
         return self._follow(module, name, b, mod.scope, mod.package, seen)
 
-    def _follow(self, module: str, name: str, b: Binding, scope: _Scope, package: str, seen: frozenset,
+    def _follow(self, module: str, name: str, b: Binding, scope: Scope, package: str, seen: frozenset,
                 owner: str = ""):
         qual = f"{owner}.{name}" if owner else name
         if isinstance(b, ast.AST) and not isinstance(b, ast.expr):
             return ("def", module, qual, b)
-        if isinstance(b, _ModuleRef):
+        if isinstance(b, ModuleRef):
             return ("module", b.module) if self.module(b.module) is not None else (
                 "external", f"{b.module}")
-        if isinstance(b, _Import):
+        if isinstance(b, Import):
             if self.module(b.module) is None:
                 if self.module(f"{b.module}.{b.name}") is not None:
                     return ("module", f"{b.module}.{b.name}")
@@ -456,7 +227,7 @@ class StaticRelease:
             if isinstance(r, Missing) and self.module(f"{b.module}.{b.name}") is not None:
                 return ("module", f"{b.module}.{b.name}")
             return r
-        if isinstance(b, _Value):
+        if isinstance(b, Value):
             node = b.node
             if isinstance(node, ast.Name):
                 inner = scope.names.get(node.id)
@@ -465,16 +236,16 @@ class StaticRelease:
                 if owner:  # a class body falls back to its module's names
                     return self._lookup(module, node.id, seen)
             if isinstance(node, ast.Attribute):
-                dotted = _dotted(node)
-                if dotted:
-                    r = self._dotted_in(module, dotted, seen)
+                name_path = dotted(node)
+                if name_path:
+                    r = self._dotted_in(module, name_path, seen)
                     if r is not None and not isinstance(r, Missing):
                         return r
             return ("value", module, qual, node)
         return Missing(f"{module}:{qual}", "unresolvable binding")
 
-    def _dotted_in(self, module: str, dotted: str, seen: frozenset):
-        head, *rest = dotted.split(".")
+    def _dotted_in(self, module: str, name_path: str, seen: frozenset = frozenset()):
+        head, *rest = name_path.split(".")
         r = self._lookup(module, head, seen)
         for part in rest:
             if isinstance(r, Missing):
@@ -506,10 +277,10 @@ class StaticRelease:
         if depth > 20:
             return None
         for base in node.bases:
-            dotted = _dotted(base)
-            if not dotted:
+            name_path = dotted(base)
+            if not name_path:
                 continue
-            r = self._dotted_in(module, dotted, frozenset())
+            r = self._dotted_in(module, name_path)
             if isinstance(r, Missing) or r[0] != "def" or not isinstance(r[3], ast.ClassDef):
                 continue
             mod = self.module(r[1])
@@ -545,74 +316,8 @@ class StaticRelease:
             if isinstance(node, ast.Lambda):
                 return Definition(mod, qual, node, "method" if owner_is_class else "function")
             return Definition(mod, qual, node if node is not None else ast.Constant(None), "attribute")
-        effective, layers = self._decorated(mod, qual, node)
-        return Definition(mod, qual, effective, self._kind(node, owner_is_class), layers)
-
-    @staticmethod
-    def _kind(node: ast.AST, owner_is_class: bool) -> str:
-        """As `fingerprint.raw_kind` will see the object in the class or module `__dict__`."""
-        if isinstance(node, ast.ClassDef):
-            return "class"
-        if not owner_is_class:
-            return "function"
-        for d in node.decorator_list:  # outermost first; decorators that return their argument are skipped
-            last = (_dotted(d.func if isinstance(d, ast.Call) else d) or "").rpartition(".")[2]
-            if last in ("staticmethod", "classmethod"):
-                return last
-            if last in ATTRIBUTE_DECORATORS:
-                return "attribute"
-            if last in ("field_validator", "validator", "root_validator"):
-                return "classmethod"  # pydantic makes these class methods
-            if last == "model_validator":
-                mode = next((k.value for k in getattr(d, "keywords", []) if k.arg == "mode"), None)
-                after = isinstance(mode, ast.Constant) and mode.value == "after"
-                return "method" if after else "classmethod"
-            if last not in NOT_WRAPPING:
-                break
-        return "method"
-
-    def _decorated(self, module: str, qual: str, node: ast.AST) -> tuple[ast.AST, tuple[str, ...]]:
-        """What `inspect.unwrap` reaches under the decorators, and the `__wrapped__` layers above it.
-
-        Decorators are applied bottom-up, as Python does: one that leaves a layer
-        adds its name; one that returns a nested function without `functools.wraps`
-        replaces the function (live sees that nested function, and no layer below it).
-        """
-        if not isinstance(node, FUNCS):
-            return node, ()
-        bottom, bottom_name, layers = node, f"{module}.{qual}", []
-        for dec in reversed(node.decorator_list):
-            how = self._decorator(module, dec)
-            if how[0] == "layer":
-                layers.insert(0, how[1] or bottom_name)
-            elif how[0] == "replace":
-                bottom, bottom_name, layers = how[2], how[1], []
-        return bottom, tuple(layers)
-
-    def _decorator(self, module: str, dec: ast.expr) -> tuple:
-        """("none",) | ("layer", name or None for the function's own name) | ("replace", name, nested def)."""
-        dotted = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
-        last = (dotted or "").rpartition(".")[2]
-        if last in NOT_WRAPPING:
-            return ("none",)
-        if last in OBJECT_LAYERS:
-            return ("layer", OBJECT_LAYERS[last])
-        r = self._dotted_in(module, dotted, frozenset()) if dotted else None
-        if r is None or isinstance(r, Missing) or r[0] != "def":
-            return ("layer", None)  # outside the release: assume a functools.wraps layer
-        where = f"{r[1]}:{r[2]}"
-        if where in KNOWN_DECORATORS:
-            return ("layer", None) if KNOWN_DECORATORS[where] else ("none",)
-        fn = r[3]
-        if isinstance(fn, ast.ClassDef):
-            return ("layer", f"{r[1]}.{r[2]}") if _sets_wrapped(fn) else ("layer", None)
-        if _sets_wrapped(fn):
-            return ("layer", None)
-        if not isinstance(dec, ast.Call):
-            nested = _returned_nested_def(fn)
-            if nested is not None:
-                return ("replace", f"{r[1]}.{r[2]}.<locals>.{nested.name}", nested)
-        return ("none",)  # returns the function itself (a registration) or nothing we can read
+        effective, layers = decorated(mod, qual, node, self._dotted_in)
+        return Definition(mod, qual, effective, kind_of(node, owner_is_class), layers)
 
     def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
         """Fingerprint of the target as this release defines it, or Missing (with likely new homes)."""
@@ -650,8 +355,7 @@ class StaticRelease:
                     raw = self._texts[rel] = self.source.read(rel) or b""
                 if not any(n in raw for n in needles):
                     continue
-                name = rel[:-3].replace("/", ".")
-                name = name[: -len(".__init__")] if name.endswith(".__init__") else name
+                name = module_name(rel)
                 mod = self.module(name)
                 hit = self._defined_here(mod, cls, leaf) if mod is not None else None
                 if hit and f"{name}:{hit}" != spec and f"{name}:{hit}" not in found:
@@ -661,7 +365,7 @@ class StaticRelease:
         del found[limit:]
         return found
 
-    def _defined_here(self, mod: _Module, cls: Optional[str], leaf: str) -> Optional[str]:
+    def _defined_here(self, mod: ModuleTable, cls: Optional[str], leaf: str) -> Optional[str]:
         """`cls.leaf` (or `leaf`) if the module itself defines it (imports do not count)."""
         if cls is None:
             b = mod.scope.names.get(leaf)
@@ -675,8 +379,7 @@ class StaticRelease:
     def iter_defs(self, top: str = "vllm") -> Iterator[str]:
         """Every module-level function, class and method spec in the release (for benchmarks)."""
         for rel in self.source.python_files(top):
-            name = rel[:-3].replace("/", ".")
-            name = name[: -len(".__init__")] if name.endswith(".__init__") else name
+            name = module_name(rel)
             try:
                 mod = self.module(name)
             except SyntaxError:
@@ -693,4 +396,5 @@ class StaticRelease:
                             yield f"{name}:{n}.{m}"
 
 
-__all__ = ["Definition", "DirSource", "Missing", "Source", "StaticRelease", "WheelSource", "open_source"]
+__all__ = ["Definition", "DirSource", "Missing", "Source", "StaticRelease", "WheelSource", "literal_digest",
+           "open_source"]

@@ -40,7 +40,8 @@ class Verified:
     notes: list[Finding] = field(default_factory=list)
 
 
-def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None) -> Optional[Finding]:
+def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,
+             patch: Optional[Patch] = None) -> Optional[Finding]:
     for name in ("kind", "signature", "source_digest", "value_digest"):
         want, got = getattr(pin, name), getattr(live, name)
         if name in ("source_digest", "value_digest") and want is None:
@@ -52,8 +53,19 @@ def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None) 
                 return Finding("fingerprint", f"{spec}: value changed since it was pinned (now {now})", want, got)
             # the words `check` uses: one Breakage per difference, explained per parameter
             # (decorator layers are judged separately, as conflicts)
-            found = diff_pins("", spec, pin.model_copy(update={"wrappers": []}), live.model_copy(update={"wrappers": []}))
-            reason = "; ".join(b.explain() for b in found) or f"{spec}: {name} differs from the pin"
+            found = diff_pins(patch.key if patch else "", spec, pin.model_copy(update={"wrappers": []}),
+                              live.model_copy(update={"wrappers": []}))
+            if patch is not None:  # judged for this patch, in the words `check` and `pin` use
+                from .compat import judge_all
+
+                found = judge_all(patch, found)
+                reason = "; ".join(f"{b.explain()} ({b.verdict()})" for b in found)
+                if found and not any(b.breaking for b in found):
+                    reason += ("; every difference is compatible for this patch, but pins are compared exactly: "
+                               "re-pin the release (`vllm-patchkit pin`)")
+            else:
+                reason = "; ".join(b.explain() for b in found)
+            reason = reason or f"{spec}: {name} differs from the pin"
             return Finding("fingerprint", reason, want, got, found)
     return None
 
@@ -180,7 +192,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
                 and live.value_digest is not None and live.value_digest == fp.value_digest(patch.value)):
             out.already = True  # the value this patch sets is there already (an earlier loader of this process)
             want = pin.model_copy(update={"value_digest": None})
-        bad = _compare(patch.target, want, live, raw)
+        bad = _compare(patch.target, want, live, raw, patch)
         if bad is not None:
             return bad
         replaced = _replaced_by(patch.target, fp.innermost(raw), place.owner)
@@ -215,7 +227,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
                            "a pinned fingerprint", None)
         used_raw = used.get_raw()
         bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None,
-                                          with_value=pin.value_digest is not None), used_raw)
+                                          with_value=pin.value_digest is not None), used_raw, patch)
         if bad is not None:
             return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
     if patch.value_from is not None:  # kind set with an object: it must import, and be what gets installed

@@ -1,118 +1,232 @@
-"""The DeepSeek-V4 checkpoint spec: the formula of adapters/deepseek_v4.py, pinned.
+"""The DeepSeek-V4 checkpoint spec equals the plugin's (ATOM's) native one: figures pinned.
 
-Numbers for the published DeepSeek-V4-Flash configuration (43 layers: 2 SWA, 21
-CSA, 20 HCA; W=128, D=512, R=64, Di=128) and a tiny configuration small enough
-to check by hand (docs/adapters/deepseek-v4.md shows the arithmetic).
+ATOM's own figures for V4-Flash with fp8 KV at its 128-token block (the PR that
+added ``atom/plugin/vllm/deepseek_v4_image.py``): page 531,712 B, image
+5,324,800 B, k = 11. Before this, the adapter used vLLM's own V4 layout at block
+256 (page 985,856 B, image 4,934,656 B, k = 6); those numbers are gone.
+
+The tiny configuration is worked by hand in docs/adapters/deepseek-v4.md with
+the same arithmetic as the comments here.
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace as NS
 
 import pytest
+import torch
 
-from vllm_patchkit.adapters.deepseek_v4 import DeepseekV4Adapter, V4Inputs, v4_checkpoint_spec
+from vllm_patchkit.adapters import ByteImageCopier, Sizing
+from vllm_patchkit.adapters.deepseek_v4 import DeepseekV4Adapter, V4CheckpointSpec, V4Inputs, v4_checkpoint_spec
+from vllm_patchkit.adapters.deepseek_v4_rows import RowSpace
+from vllm_patchkit.adapters.deepseek_v4_state import split_over_planes, v4_state_fields
 
-FLASH = dict(num_hidden_layers=43, compress_ratios=[0, 0] + [4, 128] * 20 + [4, 0], sliding_window=128, head_dim=512,
-             qk_rope_head_dim=64, index_head_dim=128, num_nextn_predict_layers=1)
-TINY = dict(num_hidden_layers=4, compress_ratios=[0, 4, 128, 4], sliding_window=8, head_dim=64, qk_rope_head_dim=16,
-            index_head_dim=32)
+# The fields ATOM's layout reads, with the values of deepseek-ai/DeepSeek-V4-Flash's config.json:
+# 43 layers + 1 MTP layer (num_nextn_predict_layers); compress_ratios lists 44 entries: 2 SWA-only (0),
+# 21 CSA (4) alternating with 20 HCA (128), and a trailing 0 for the MTP layer; sliding_window 128;
+# head_dim 512 with qk_rope_head_dim 64; index_head_dim 128 (the lightning indexer).
+FLASH = dict(num_hidden_layers=43, num_nextn_predict_layers=1, compress_ratios=[0, 0] + [4, 128] * 20 + [4, 0],
+             sliding_window=128, head_dim=512, qk_rope_head_dim=64, index_head_dim=128)
+# Small enough to work by hand: 4 layers + 1 MTP placeholder (the trailing 0); 2 CSA layers, so the
+# interleaved rings leave padding rows an image skips.
+TINY = dict(num_hidden_layers=4, num_nextn_predict_layers=1, compress_ratios=[0, 4, 128, 4, 0], sliding_window=8,
+            head_dim=64, qk_rope_head_dim=16, index_head_dim=32)
 
 
-def test_flash_layer_mix():
+def spec_of(cfg, **kw):
+    return v4_checkpoint_spec(V4Inputs.from_hf(cfg, **kw))
+
+
+# -- V4-Flash, fp8: ATOM's figures ---------------------------------------------
+
+def test_flash_fp8_equals_atoms_native_spec():
+    spec = spec_of(FLASH)
+    assert spec.page_bytes == 531_712          # per 128-token block
+    assert spec.image_bytes == 5_324_800
+    assert spec.units_per_checkpoint == 11 == math.ceil(5_324_800 / 531_712)
+    assert spec.slot_bytes == 16_711_680
+    assert spec.page_unit_bytes == 531_584     # ATOM's PAGE unit, before the 256-B rounding
+
+
+def test_flash_layer_mix_counts_the_mtp_placeholder():
     i = V4Inputs.from_hf(FLASH)
-    assert len(i.ratios) == 43 and i.ratios.count(4) == 21 and i.ratios.count(128) == 20 and i.ratios.count(1) == 2
+    assert (len(i.ratios), i.ratios.count(0), i.n_csa, i.n_hca) == (44, 3, 21, 20)
 
 
-def test_entry_and_indexer_row_bytes_match_vllms_v4_packing():
-    fp8 = V4Inputs.from_hf(FLASH, kv_fp8=True)
-    assert fp8.entry_bytes == 584  # 448 NoPE fp8 + 64x2 RoPE bf16 + 8 UE8M0 scale bytes (vLLM: 584)
-    assert fp8.index_row_bytes == 132  # 128 fp8 + one fp32 scale (vLLM: 132)
-    assert V4Inputs.from_hf(FLASH, kv_fp8=False).entry_bytes == 1024
+def test_flash_page_terms():
+    rows = RowSpace(V4Inputs.from_hf(FLASH).ratios, ring=128, block_size=128, arena_rows=0)
+    assert rows.envelope_rows == 20 * 1 + 21 * 32 == 692           # HCA: 128/128 rows, CSA: 128/4 rows per layer
+    planes = 692 * (512 + 128)                                     # fp8 NoPE plane 512 B/row + bf16 RoPE 128 B/row
+    indexer = 21 * 32 * (128 + 4)                                  # every CSA layer's indexer block
+    assert (planes, indexer) == (442_880, 88_704)
+    spec = spec_of(FLASH)
+    assert spec.page_unit_bytes == planes + indexer == 531_584
+    assert spec.page_bytes == 2077 * 256                           # 531,584 / 256 = 2076.5 -> rounded up
 
 
-def test_compressor_tails_match_vllms_state_cache():
-    # CompressorStateCache: coff*r rows of 2*coff*d fp32
-    assert V4Inputs.tail_bytes(4, 512) == 8 * 2048 * 4 == 65_536
-    assert V4Inputs.tail_bytes(4, 128) == 8 * 512 * 4 == 16_384
-    assert V4Inputs.tail_bytes(128, 512) == 128 * 1024 * 4 == 524_288
+def test_flash_state_split_and_slot_rows():
+    fields = v4_state_fields(n_csa=21, n_hca=20, head_dim=512, index_head_dim=128)
+    assert [f.nbytes for f in fields] == [688_128, 688_128, 172_032, 172_032, 5_242_880, 5_242_880]
+    per_plane, arena_rows = split_over_planes(fields, (512, 128))
+    assert [[f.name for f in p] for p in per_plane] == [
+        ["hca_main_kv", "hca_main_score"], ["csa_main_kv", "csa_main_score", "csa_idx_kv", "csa_idx_score"]]
+    assert arena_rows == 10_485_760 // 512 == 20_480                 # the RoPE plane needs 1,720,320/128 = 13,440
+    rows = RowSpace(V4Inputs.from_hf(FLASH).ratios, ring=128, block_size=128, arena_rows=arena_rows)
+    assert rows.entry_rows == 44 * 128 == 5_632                    # ring 128 divides evenly: no interleave padding
+    assert rows.slot_rows == 26_112 and spec_of(FLASH).slot_bytes == 26_112 * 640
 
 
-@pytest.mark.parametrize("fp8, page, slot, image, k", [
-    (True, 985_856, 15_420_416, 4_934_656, 6),
-    (False, 1_594_624, 17_842_176, 7_356_416, 5),
-])
-def test_flash_numbers(fp8, page, slot, image, k):
-    spec = v4_checkpoint_spec(V4Inputs.from_hf(FLASH, kv_fp8=fp8))
-    assert (spec.page_bytes, spec.slot_bytes, spec.image_bytes, spec.units_per_checkpoint) == (page, slot, image, k)
-    assert spec.units_per_checkpoint == math.ceil(spec.image_bytes / spec.page_bytes)
+def test_flash_image_segments():
+    spec = spec_of(FLASH)
+    carried = {s.name: s.nbytes for s in spec.image_segments()}
+    assert carried == {"nope.rings.0": 5_632 * 512, "rope.csa_main_kv..csa_idx_score": 1_720_320,
+                       "rope.rings.0": 5_632 * 128}
+    assert sum(carried.values()) == 2_883_584 + 1_720_320 + 720_896 == spec.image_bytes
+    left_out = {s.name: s.nbytes for s in spec.segments if not s.in_image}
+    assert left_out == {"nope.hca_main_kv": 5_242_880, "nope.hca_main_score": 5_242_880}
 
 
-def test_flash_fp8_pieces_add_up():
-    spec = v4_checkpoint_spec(V4Inputs.from_hf(FLASH))
-    rings = 43 * 128 * 584
-    csa = 21 * (65_536 + 16_384)
-    hca = 20 * 524_288
-    assert (rings, csa, hca) == (3_214_336, 1_720_320, 10_485_760)
-    assert spec.slot_bytes == rings + csa + hca and spec.image_bytes == rings + csa
-    paged = 21 * (64 * 584 + 64 * 132) + 20 * (2 * 584)
-    assert paged == 985_664 and spec.page_bytes == 985_856  # rounded up to 256 B
+def test_every_csa_indexer_block_is_in_the_page():
+    # Each of the 21 CSA layers adds 32 rows of (index_head_dim + 4) B per block; without them page 442,880, k 13.
+    wide, narrow = spec_of(FLASH), spec_of({**FLASH, "index_head_dim": 64})
+    assert wide.page_unit_bytes - narrow.page_unit_bytes == 21 * 32 * 64
+    no_csa = spec_of({**FLASH, "compress_ratios": [0 if r == 4 else r for r in FLASH["compress_ratios"]]})
+    assert no_csa.page_unit_bytes == 20 * 640                      # HCA envelope rows only, no indexer
 
 
-def test_flash_with_mtp_speculation_grows_the_rings():
-    spec = v4_checkpoint_spec(V4Inputs.from_hf(FLASH, spec_tokens=1, with_mtp=True))
-    # 44 rings (43 + 1 MTP layer) of 129 rows, each 75,336 B rounded up to 75,520
-    assert spec.slot_bytes == 44 * 75_520 + 1_720_320 + 10_485_760 == 15_528_960
-    assert (spec.image_bytes, spec.units_per_checkpoint) == (5_043_200, 6)
+def test_the_mtp_placeholder_ring_is_in_the_slot_and_the_image():
+    # ATOM carves over every listed ratio; cut to num_hidden_layers the image loses one ring (128 rows x 640 B), k 10.
+    cut = spec_of({**FLASH, "compress_ratios": FLASH["compress_ratios"][:43]})
+    assert spec_of(FLASH).image_bytes - cut.image_bytes == 128 * 640
+    assert (cut.image_bytes, cut.units_per_checkpoint) == (5_242_880, 10)
 
 
-def test_tiny_numbers_by_hand():
+def test_flash_bf16_and_speculation():
+    bf16 = spec_of(FLASH, kv_fp8=False)                            # one bf16 plane of 1,024 B/row
+    assert (bf16.page_unit_bytes, bf16.page_bytes) == (692 * 1024 + 88_704, 797_440)
+    assert (bf16.slot_bytes, bf16.image_bytes, bf16.units_per_checkpoint) == (17_552 * 1024, 7_487_488, 10)
+    mtp = spec_of(FLASH, spec_tokens=1)                            # ring 129; state rows 9 (CSA) and 129 (HCA)
+    assert mtp.page_bytes == 531_712
+    assert mtp.image_bytes == 44 * 129 * 640 + 21 * 9 * (2 * 1024 + 2 * 256) * 4 == 5_568_000
+    assert (mtp.slot_bytes, mtp.units_per_checkpoint) == (26_936 * 640, 11)
+
+
+def test_layout_id_is_atoms():
+    spec = spec_of(FLASH)
+    ratios = ",".join(map(str, FLASH["compress_ratios"]))
+    assert spec.layout_id == (f"dsv4-paged-state-v3-plugin:block=128:ring=128:dims=512,64,128:main=fp8-2buff"
+                              f":ratios={ratios}:nocopy=hca_main_kv,hca_main_score:entry=packed")
+    assert spec_of(FLASH, kv_fp8=False).layout_id != spec.layout_id
+
+
+# -- the tiny configuration, by hand (docs/adapters/deepseek-v4.md) ------------
+
+def test_tiny_by_hand():
     i = V4Inputs.from_hf(TINY)
     spec = v4_checkpoint_spec(i)
-    assert (i.entry_bytes, i.index_row_bytes) == (88, 36)  # 48 + 32 + 8; 32 + 4
-    assert spec.page_bytes == 16_128  # 2 x (64x88 + 64x36) + 2x88 = 16,048 -> 256-aligned
-    assert spec.slot_bytes == 4 * 768 + 2 * (8192 + 4096) + 65_536 == 93_184
-    assert spec.image_bytes == 4 * 768 + 2 * (8192 + 4096) == 27_648
-    assert spec.units_per_checkpoint == 2
-    assert [s.name for s in spec.segments if not s.in_image] == ["hca_tail.2"]
-    # the image is a prefix of the slot: one contiguous range to copy
-    assert max(s.offset + s.nbytes for s in spec.segments if s.in_image) == spec.image_bytes
+    # planes: NoPE 64 B/row (fp8), RoPE 2 x 16 = 32 B/row (bf16): 96 B per row
+    assert i.plane_widths == (64, 32)
+    # page: envelope HCA 1 x 1 + CSA 2 x 32 = 65 rows x 96 = 6,240; indexer 2 x 32 x (32 + 4) = 2,304
+    assert spec.page_unit_bytes == 65 * 96 + 2 * 32 * 36 == 8_544
+    assert spec.page_bytes == 8_704                                # 34 x 256
+    # state: CSA 4 fields 2 x 8 x (128|128|64|64) x 4 B = 24,576 B; HCA 2 fields 1 x 128 x 64 x 4 B = 65,536 B
+    # HCA on the NoPE plane: 65,536 / 64 = 1,024 rows; CSA on the RoPE plane: 24,576 / 32 = 768 rows
+    # rings (ring 8): dense 2 x 8 = 16 rows, HCA 8, CSA 2 layers at stride 32: 32 + 7 + 1 = 40 (16 reached)
+    # slot: 1,024 + 64 = 1,088 rows x 96 = 104,448
+    assert spec.slot_bytes == 1_088 * 96 == 104_448
+    # image: rings 5 layers x 8 rows x 96 = 3,840, + CSA state 24,576
+    assert spec.image_bytes == 5 * 8 * 96 + 24_576 == 28_416
+    assert spec.units_per_checkpoint == math.ceil(28_416 / 8_544) == 4
 
 
-def test_layout_id_changes_with_what_changes_bytes():
-    a = v4_checkpoint_spec(V4Inputs.from_hf(TINY)).layout_id
-    assert a != v4_checkpoint_spec(V4Inputs.from_hf(TINY, kv_fp8=False)).layout_id
-    assert a != v4_checkpoint_spec(V4Inputs.from_hf({**TINY, "compress_ratios": [0, 4, 4, 128]})).layout_id
-    assert a.startswith("dsv4-slot-v1:block=256:ring=8:dims=64,16,32:kv=fp8:layers=4+0")
+def test_tiny_segments_leave_out_the_interleave_padding():
+    spec = spec_of(TINY)
+    assert [(s.name, s.offset, s.nbytes, s.in_image) for s in spec.segments] == [
+        ("nope.hca_main_kv", 0, 32_768, False),
+        ("nope.hca_main_score", 32_768, 32_768, False),
+        ("nope.rings.0", 1_024 * 64, 32 * 64, True),               # rows 0..32 of the rings: dense, HCA, CSA run 0
+        ("nope.rings.1", 1_080 * 64, 8 * 64, True),                # CSA layer 2's rows at 32 + 24; 24 rows between
+        ("rope.csa_main_kv..csa_idx_score", 69_632, 24_576, True),  # the RoPE plane's share starts at 1,088 x 64
+        ("rope.rings.0", 69_632 + 1_024 * 32, 32 * 32, True),
+        ("rope.rings.1", 69_632 + 1_080 * 32, 8 * 32, True),
+    ]
+
+
+def test_tiny_bf16_by_hand():
+    spec = spec_of(TINY, kv_fp8=False)
+    # one plane of 2 x 64 = 128 B/row; state 90,112 B / 128 = 704 rows; slot (704 + 64) x 128
+    assert (spec.page_unit_bytes, spec.page_bytes) == (65 * 128 + 2_304, 10_752)
+    assert (spec.slot_bytes, spec.image_bytes, spec.units_per_checkpoint) == (98_304, 24_576 + 40 * 128, 3)
+
+
+def test_rounding_to_256_only_when_needed():
+    # no CSA layer: no indexer; envelope 2 HCA rows x 96 = 192 -> 256
+    spec = spec_of({**TINY, "compress_ratios": [0, 128, 128]})
+    assert (spec.page_unit_bytes, spec.page_bytes) == (192, 256)
+
+
+def test_k_counts_page_units_as_atom_does():
+    spec = V4CheckpointSpec(page_bytes=512, slot_bytes=2_000, image_bytes=1_010, layout_id="t", page_unit_bytes=500)
+    assert spec.units_per_checkpoint == 3                          # ceil(1,010 / 500), not ceil(1,010 / 512) = 2
+
+
+def test_absent_dims_take_atoms_defaults():
+    bare = {"compress_ratios": FLASH["compress_ratios"]}
+    assert spec_of(bare) == spec_of(FLASH)
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"sliding_window": None}, "lacks sliding_window"),
-    ({"compress_ratios": [0, 4]}, "lists 2 layers"),
-    ({"index_head_dim": None}, "no index_head_dim"),
-    ({"compress_ratios": [0, 4, 16, 4]}, "knows 0/1"),
+    ({"compress_ratios": []}, "lacks compress_ratios"),
+    ({"compress_ratios": [0, 4, 16, 4]}, "knows 0"),
+    ({"compress_ratios": [0, 0]}, "pages nothing"),
 ])
-def test_configs_the_formula_cannot_size_are_refused(bad, match):
+def test_configs_the_layout_cannot_size_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
-        v4_checkpoint_spec(V4Inputs.from_hf({**TINY, **bad}))
+        spec_of({**TINY, **bad})
 
 
 def test_block_size_must_be_a_multiple_of_every_ratio():
     with pytest.raises(ValueError, match="not a multiple of compress ratios"):
-        v4_checkpoint_spec(V4Inputs.from_hf(TINY, block_size=64))
+        spec_of(TINY, block_size=64)
 
 
-def test_adapter_reads_the_serve_options(tmp_path):
-    from types import SimpleNamespace as NS
+# -- the adapter ----------------------------------------------------------------
 
-    def cfg(cache_dtype, spec=None, seqs=256):
-        return NS(model_config=NS(hf_config=NS(**FLASH)), cache_config=NS(cache_dtype=cache_dtype),
-                  speculative_config=spec, scheduler_config=NS(max_num_seqs=seqs))
+def _cfg(cache_dtype, spec=None, seqs=256):
+    return NS(model_config=NS(hf_config=NS(**FLASH)), cache_config=NS(cache_dtype=cache_dtype),
+              speculative_config=spec, scheduler_config=NS(max_num_seqs=seqs))
 
+
+def test_adapter_reads_the_serve_options():
     v4 = DeepseekV4Adapter()
-    assert v4.inputs(cfg("fp8_ds_mla")).kv_fp8 and v4.inputs(cfg("fp8")).kv_fp8
-    assert not v4.inputs(cfg("auto")).kv_fp8
-    spec_run = v4.inputs(cfg("fp8", NS(num_speculative_tokens=2)))
-    assert (spec_run.spec_tokens, spec_run.mtp_layers) == (2, 1)
-    sizing = v4.sizing(cfg("fp8"))
-    assert (sizing.num_slots, sizing.k, sizing.withheld_blocks) == (256, 6, 4005)
+    assert v4.block_size == 128
+    assert v4.inputs(_cfg("fp8_ds_mla")).kv_fp8 and v4.inputs(_cfg("fp8")).kv_fp8
+    assert not v4.inputs(_cfg("auto")).kv_fp8
+    assert v4.inputs(_cfg("fp8", NS(num_speculative_tokens=2))).ring == 130
+    sizing = v4.sizing(_cfg("fp8"))
+    assert (sizing.num_slots, sizing.k, sizing.page_bytes) == (256, 11, 531_712)
+    assert sizing.withheld_blocks == math.ceil(256 * 16_711_680 / 531_712) == 8_047
+
+
+def test_fp8_on_a_device_without_atoms_fp8_kernels_is_bf16():
+    v4 = DeepseekV4Adapter(fp8_kv_supported=False)
+    assert v4.checkpoint_spec(_cfg("fp8")) == spec_of(FLASH, kv_fp8=False)
+
+
+def test_reference_copier_moves_exactly_the_image():
+    spec = spec_of(TINY)
+    sizing = Sizing(spec, block_size=128, num_slots=2)
+    physical = sizing.withheld_blocks + 8                          # 24 withheld: 2 x 104,448 B over 8,704 B pages
+    buf = torch.zeros(physical * spec.page_bytes, dtype=torch.uint8)
+    copier = ByteImageCopier(buf, sizing, physical)
+    base = sizing.slot_offset(physical, 1)
+    buf[base:base + spec.slot_bytes] = torch.randint(1, 255, (spec.slot_bytes,), dtype=torch.uint8)
+    before = buf[base:base + spec.slot_bytes].clone()
+    copier.store(1, [1, 2, 3, 4])
+    buf[base:base + spec.slot_bytes] = 0
+    copier.restore([1, 2, 3, 4], 1)
+    after = buf[base:base + spec.slot_bytes]
+    for s in spec.segments:
+        got, want = after[s.offset:s.offset + s.nbytes], before[s.offset:s.offset + s.nbytes]
+        assert torch.equal(got, want) if s.in_image else not got.any(), s.name

@@ -325,7 +325,24 @@ def test_start_up_says_what_changed_in_checks_words(tmp_path, modules):
     loader.run_import_stage()
     rec = loader.records["kv"]
     words = [b.explain() for b in diff_signatures("", KV, "(vllm_config, kv_cache_specs)", live_sig)]
-    assert words and rec.reason == "; ".join(words)
+    assert words and rec.reason.startswith(words[0]) and all(w in rec.reason for w in words)
     assert "required parameter 'available_memory' added" in rec.reason
     assert [f["kind"] for f in rec.findings if f["code"] == "breakage"] == ["required_parameter_added"]
     assert all(f["patch"] == "kv@1" for f in rec.findings)
+
+
+def test_a_fingerprint_finding_says_whether_the_difference_breaks_this_patch(tmp_path, modules):
+    """The record uses `check`'s words and its per-patch verdict: a passthrough wrap survives an added
+    parameter (still refused: pins are compared exactly, so the remedy is to re-pin)."""
+    kvu, _, _ = modules
+    original = kvu.get_kv_cache_configs
+    entry = pinned_entry("kv@1", KV)
+    entry["targets"][KV]["signature"] = "(vllm_config, kv_cache_specs)"
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [entry])
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert (rec.state, rec.code) == ("failed", "fingerprint")
+    assert "required parameter 'available_memory' added" in rec.reason
+    assert "(compatible: verbatim passthrough: args and kwargs reach upstream untouched)" in rec.reason
+    assert "re-pin the release (`vllm-patchkit pin`)" in rec.reason
+    assert kvu.get_kv_cache_configs is original

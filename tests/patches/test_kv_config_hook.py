@@ -61,11 +61,12 @@ def checkpoint(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("kvhook-llama"))
 
 
-def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cache_dtype="auto", arch=None):
+def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cache_dtype="auto", arch=None,
+                block_size=BS):
     """A real VllmConfig from vLLM's EngineArgs (block 256, prefix caching, Mamba align for the images)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    vc = EngineArgs(model=str(model_dir), max_model_len=max_model_len, block_size=BS, dtype="float32",
+    vc = EngineArgs(model=str(model_dir), max_model_len=max_model_len, block_size=block_size, dtype="float32",
                     enable_prefix_caching=True, max_num_seqs=max_num_seqs, num_gpu_blocks_override=override,
                     kv_cache_dtype=cache_dtype,
                     hf_overrides={"max_position_embeddings": 65536}).create_engine_config()
@@ -74,14 +75,15 @@ def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cach
     return vc
 
 
-def toy_specs(adapter, k=3, proxy_page=512, image_page=PAGE):
+def toy_specs(adapter, k=3, proxy_page=512, image_page=PAGE, block_size=BS):
     """The fake proxy (nominal page 512 B until priced) and k single-layer image layers."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    specs = {adapter.proxy_layer_name: FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=proxy_page // (2 * BS),
-                                                         dtype=torch.uint8)}
+    specs = {adapter.proxy_layer_name: FullAttentionSpec(block_size=block_size, num_kv_heads=1,
+                                                         head_size=proxy_page // (2 * block_size), dtype=torch.uint8)}
     for name in adapter.image_layer_names(k):
-        specs[name] = MambaSpec(block_size=BS, shapes=((image_page,),), dtypes=(torch.uint8,), mamba_cache_mode="align")
+        specs[name] = MambaSpec(block_size=block_size, shapes=((image_page,),), dtypes=(torch.uint8,),
+                                mamba_cache_mode="align")
     return specs
 
 
@@ -340,8 +342,15 @@ def test_without_the_proxy_layer_it_passes_through_unchanged(checkpoint, toy, wh
 
 
 def test_model_and_adapter_disagreeing_about_k_stops_start_up(checkpoint, toy):
-    with pytest.raises(ValueError, match=r"registered 2 Toy image layers.*k = ceil\(10000 / 4096\) = 3"):
+    with pytest.raises(ValueError, match=r"registered 2 Toy image layers.*k = 3 \(an image of 10000 B in pages of 4096 B\)"):
         run_hook(make_config(checkpoint, -1), toy_specs(toy, k=2))
+
+
+def test_layers_at_another_block_size_than_the_adapters_stop_start_up(checkpoint, toy):
+    """The adapter's numbers are per block of its size; specs at another size would mix units silently."""
+    with pytest.raises(ValueError, match=r"toy_proxy has block size 128, the Toy adapter's checkpoint spec is per "
+                                         r"256-token block: serve with --block-size 256"):
+        run_hook(make_config(checkpoint, -1, block_size=128), toy_specs(toy, block_size=128), page=PAGE)
 
 
 def test_proxy_spec_larger_than_the_real_page_stops_start_up(checkpoint, toy):
@@ -387,20 +396,24 @@ FLASH = dict(num_hidden_layers=43, compress_ratios=[0, 0] + [4, 128] * 20 + [4, 
 
 
 def test_v4_adapter_prices_the_proxy_and_withholds_its_slots(checkpoint):
+    """The plugin's native V4-Flash fp8 spec at block 128 (docs/adapters/deepseek-v4.md): page 531,712 B,
+    k = 11 image groups, 252 blocks withheld for 8 slots."""
     from vllm.v1.core import kv_cache_utils
 
     adapter = next(a for a in REGISTRY.adapters if isinstance(a, DeepseekV4Adapter))
-    vc = make_config(checkpoint, -1, max_num_seqs=8, cache_dtype="fp8")
+    block = adapter.block_size
+    assert block == 128
+    vc = make_config(checkpoint, -1, max_num_seqs=8, cache_dtype="fp8", block_size=block)
     for key, value in FLASH.items():
         setattr(vc.model_config.hf_config, key, value)
     sizing = adapter.sizing(vc)
     page = sizing.page_bytes
-    assert (page, sizing.k, sizing.withheld_blocks) == (985_856, 6, 126)
-    specs = toy_specs(adapter, k=6, image_page=page)  # fake proxy under the V4 proxy's name, nominal 512 B
-    (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [200 * page])
-    assert cfg.num_blocks == 200 - 126
+    assert (page, sizing.k, sizing.withheld_blocks) == (531_712, 11, 252)
+    specs = toy_specs(adapter, k=11, image_page=page, block_size=block)  # fake proxy, nominal 512 B until priced
+    (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [400 * page])
+    assert cfg.num_blocks == 400 - 252
     assert {g.kv_cache_spec.page_size_bytes for g in cfg.kv_cache_groups} == {page}
-    assert vc.model_config.max_model_len == (200 - 126 - 1 - 2 * 6) * BS  # 15,616
+    assert vc.model_config.max_model_len == (400 - 252 - 1 - 2 * 11) * block  # 16,000
 
 
 # ---------------------------------------------------------------------------
