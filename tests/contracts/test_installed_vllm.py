@@ -1,4 +1,5 @@
-"""Against the installed vLLM 0.31: the static reader agrees with the live one, and `check` passes.
+"""Against the installed vLLM, whichever release it is: the static reader agrees with the live one, `check`
+passes, and `pin` reproduces the committed manifests for it.
 
 Both paths read the same installed package: live by import (what the loader
 sees), static from the package folder as if it were an unpacked source tree.
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from vllm_patchkit import fingerprint as fp
 from vllm_patchkit.cli import main
@@ -21,9 +23,11 @@ from vllm_patchkit.targets import resolve
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
-MANIFEST = builtin_manifest_dir() / "vllm-0.31.0.yaml"
-PINS = sorted({(spec, yaml.safe_dump(pin)) for e in yaml.safe_load(MANIFEST.read_text())["patches"]
-               for spec, pin in e["targets"].items()})
+RELEASE = installed_version() or "none"
+MANIFESTS = [d / f"vllm-{RELEASE}.yaml" for d in manifest_dirs(builtin_patch_dirs())]  # every set's, for this release
+MANIFEST = builtin_manifest_dir() / f"vllm-{RELEASE}.yaml"
+PINS = sorted({(spec, yaml.safe_dump(pin)) for m in MANIFESTS if m.is_file()
+               for e in yaml.safe_load(m.read_text())["patches"] for spec, pin in e["targets"].items()})
 SPECS = sorted({spec for spec, _ in PINS})
 
 # Modules swept def by def (every function, class and method): static must equal live.
@@ -37,14 +41,14 @@ SWEEP = [
 
 @pytest.fixture(scope="module")
 def live():
-    if installed_version() != "0.31.0":
-        pytest.skip("these pins are for vLLM 0.31.0")
+    if not MANIFEST.is_file():
+        pytest.skip(f"no manifest pins the installed vLLM {RELEASE}")
     return LiveRelease()
 
 
 @pytest.fixture(scope="module")
 def static(live):
-    return StaticRelease(DirSource(installed_root()), "0.31.0")
+    return StaticRelease(DirSource(installed_root()), RELEASE)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -97,8 +101,9 @@ def test_names_imported_by_value_and_constants(live, static):
                  "vllm.v1.worker.gpu_model_runner:GPUModelRunner._is_uniform_decode",
                  "vllm.v1.core.block_pool:BlockPool", "vllm.config.vllm:VllmConfig.__post_init__"):
         assert static.lookup(spec) == live.lookup(spec), spec
+    home = "kv_cache_planning" if Version(RELEASE) >= Version("0.33") else "kv_cache_utils"
     assert static.resolve("vllm.v1.engine.core:get_kv_cache_configs").where == \
-        "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
+        f"vllm.v1.core.{home}:get_kv_cache_configs"
 
 
 def test_missing_target_live_says_where_it_is(live):
@@ -111,18 +116,19 @@ def test_missing_target_live_says_where_it_is(live):
 def test_check_against_the_installed_vllm_exits_zero(live, capsys):
     assert main(["check"]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert "installed vLLM 0.31.0 (by import" in out and " 0 broken, 0 unpinned" in out
+    assert f"installed vLLM {RELEASE} (by import" in out and " 0 stale, 0 broken, 0 unpinned, 0 not applicable" in out
 
 
 def test_pin_live_and_static_reproduce_the_committed_manifest(live):
-    """The shipped 0.31.0 manifest is current, and pinning by import or from the tree gives the same pins."""
+    """The shipped manifest of the installed release is current, and pinning by import or from the tree gives
+    the same pins."""
     ps = load_patch_set(builtin_patch_dirs())
-    committed = read_manifests(manifest_dirs(builtin_patch_dirs()), ps)[0]["0.31.0"]  # every set's, merged
+    committed = read_manifests(manifest_dirs(builtin_patch_dirs()), ps)[0][RELEASE]  # every set's, merged
     from vllm_patchkit.contracts import StaticView
 
-    by_import = pin_release(live, ps, {"0.31.0": committed}, generated_by="test").manifest
-    statically = pin_release(StaticView(StaticRelease(DirSource(installed_root()), "0.31.0")), ps,
-                             {"0.31.0": committed}, generated_by="test").manifest
+    by_import = pin_release(live, ps, {RELEASE: committed}, generated_by="test").manifest
+    statically = pin_release(StaticView(StaticRelease(DirSource(installed_root()), RELEASE)), ps,
+                             {RELEASE: committed}, generated_by="test").manifest
     def key(m):
         return sorted(m.patches, key=lambda e: e.patch)
 
