@@ -141,6 +141,29 @@ class Placement:
         """Blocks one request holds in each image group at its peak, published or not."""
         return self.max_images_per_request
 
+    def image_at(self, end: int, num_prompt_tokens: int, block_size: int) -> Optional[str]:
+        """Which image, if any, a step that brings a request to ``end`` tokens files: ``"rung"`` (a multiple
+        of ``interval_tokens`` within the prompt), ``"keep"`` (such a multiple reached while decoding),
+        ``"anchor"`` (the prompt's last full block, ``anchor == "prompt_end"``), or None.
+
+        Only a step's end can be an image boundary (the slot holds the state after exactly ``end`` tokens
+        only there), and only a block boundary (an image is filed under the prefix hash of its block).
+        A boundary that is both a rung and the anchor is one image (``"rung"``/``"keep"``): one per boundary.
+        """
+        if not self.publishes or end <= 0 or end % block_size:
+            return None
+        if end % self.interval_tokens == 0:
+            return "rung" if end <= num_prompt_tokens else "keep"
+        if self.anchor == "prompt_end" and end == num_prompt_tokens // block_size * block_size:
+            return "anchor"
+        return None
+
+    def next_rung(self, start: int) -> Optional[int]:
+        """The first interval rung after ``start`` tokens (None when nothing is published)."""
+        if not self.publishes:
+            return None
+        return (start // self.interval_tokens + 1) * self.interval_tokens
+
     def validated(self, block_size: int) -> "Placement":
         if self.interval_tokens < 0 or self.interval_tokens % block_size:
             raise ValueError(f"{INTERVAL_ENV}={self.interval_tokens}: the image interval must be 0 (no images) "

@@ -134,6 +134,11 @@ class Loader:
         self.records: dict[str, PatchRecord] = {}
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
         self._check_modules()
+        self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
+        self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
+        for patch, _, _ in self.plan:
+            for spec in patch.pinned_specs:
+                self.pinned_by.setdefault(spec, []).append(patch.key)
 
     @classmethod
     def builtin(cls, *, role: str, sets: Optional[Iterable[str]] = None, manifest_dir: Optional[Path] = None,
@@ -221,8 +226,11 @@ class Loader:
         cfg = config_facts(vllm_config)
         cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))
         self.process.config = cfg
+        self.vllm_config = vllm_config
         self._preflight(cfg)
         self._run_stage("config", cfg)
+        if any(a.patch.kind is Kind.subclass for a in self.applied.values()):
+            cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))  # the subclass now selected
         if os.environ.get("VLLM_PATCHKIT_SHADOW_CHECK", "1") != "0":
             self._report_shadowed(cfg["classes"])
             self.flush()
@@ -316,7 +324,17 @@ class Loader:
                 return rec
             rec.detail["unavailable"] = why
             return rec
-        result = verify(patch, entry)
+        result = verify(patch, entry, self.pinned_by)
+        if patch.kind is Kind.subclass and not isinstance(result, Finding):
+            from .subclass import select
+
+            sel = select(patch, self.vllm_config, result.impl, result.place.get_raw())
+            if isinstance(sel, Finding):
+                result = sel
+            elif sel.skip is not None:
+                return rec.set(SKIPPED, sel.skip.code, sel.skip.reason, sel.skip.expected, sel.skip.found)
+            else:
+                result.selection, result.already = sel, sel.already
         if isinstance(result, Finding):
             rec.set(FAILED, result.code, result.reason, result.expected, result.found)
             rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
@@ -366,6 +384,12 @@ class Loader:
             elif v.already:
                 applied = None
                 rec.detail["already"] = "the target already holds this patch; not stacked again"
+            elif patch.kind is Kind.subclass:
+                from . import subclass
+
+                count = patch.count_calls and os.environ.get("VLLM_PATCHKIT_COUNT_CALLS", "1") != "0"
+                applied = subclass.install(patch, v.impl, v.selection, count)
+                rec.detail.update(subclass.describe(patch, v.selection))
             elif patch.kind in (Kind.wrap, Kind.replace, Kind.set):
                 count = patch.count_calls and os.environ.get("VLLM_PATCHKIT_COUNT_CALLS", "1") != "0"
                 ctx = (PatchContext(patch, record=rec, flush=self.flush)
@@ -445,7 +469,23 @@ class Loader:
             if applied.ctx is not None:  # the implementation's own counters (PatchContext.count)
                 applied.ctx.publish(self.records[pid].detail)
         self.process.steps = steps
+        self._report_not_built(steps)
         return total
+
+    def _report_not_built(self, steps: Optional[int]) -> None:
+        """A selected subclass of which vLLM built no object once the engine stepped: it changes nothing."""
+        for pid, applied in self.applied.items():
+            if applied.patch.kind is not Kind.subclass:
+                continue
+            rec = self.records[pid]
+            rec.detail["built"] = applied.counter.calls if applied.places else "not counted"
+            if (steps and applied.places and applied.counter.calls == 0
+                    and not any(f.get("code") == "not_built" for f in rec.findings)):
+                rec.findings.append({"code": "not_built", "where": applied.patch.implementation,
+                                     "reason": f"{applied.patch.config_field} selects {applied.patch.implementation}, "
+                                               f"but vLLM built none after {steps} steps: the overrides never run"})
+                log.warning("vllm-patchkit: %s: %s is selected but vLLM never built it", rec.patch,
+                            applied.patch.implementation)
 
     def flush(self) -> Optional[Path]:
         """Write this process's records; a failure to write is a warning, never fatal."""

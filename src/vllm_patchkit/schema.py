@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 PATCH_ID = r"^[a-z0-9][a-z0-9._-]*$"
 TARGET = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+CONFIG_FIELD = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 class Strict(BaseModel):
@@ -31,6 +33,7 @@ class Kind(str, Enum):
     set = "set"  # the target attribute is set to `value`
     env_default = "env_default"  # an env var gets a default when unset
     refuse = "refuse"  # start-up stops with `message` when `when` holds
+    subclass = "subclass"  # `implementation` (a subclass of the target class) is selected through `config_field`
 
 
 class Process(str, Enum):
@@ -157,7 +160,7 @@ class Patch(Strict):
         description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
     )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
-    params: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = Field(
+    params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
         default_factory=list,
         description="kind wrap with an implementation: the target parameters it reads or rewrites (by name; "
                     "ctx.arg/ctx.with_arg reach only these); verified against the target's pinned signature",
@@ -173,6 +176,16 @@ class Patch(Strict):
         default=None,
         description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
                     "resolved when the patch is verified; instead of a literal `value`",
+    )
+    config_field: Optional[Annotated[str, Field(pattern=CONFIG_FIELD)]] = Field(
+        default=None,
+        description="kind subclass: the VllmConfig field (dotted path, e.g. scheduler_config.scheduler_cls) through "
+                    "which vLLM selects the class; set to the implementation at the config stage",
+    )
+    overrides: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
+        default_factory=list,
+        description="kind subclass: the target class's methods the implementation overrides; each is pinned as "
+                    "`target.method` and the override must take the pinned signature",
     )
     env_default: Optional[EnvDefault] = None
     message: Optional[str] = None
@@ -200,11 +213,28 @@ class Patch(Strict):
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":
         k = self.kind
-        need_target = k in (Kind.wrap, Kind.replace, Kind.set)
+        need_target = k in (Kind.wrap, Kind.replace, Kind.set, Kind.subclass)
         if need_target and self.target is None:
             raise ValueError(f"kind {k.value!r} needs 'target'")
-        if k is Kind.replace and self.implementation is None:
-            raise ValueError("kind 'replace' needs 'implementation'")
+        if k in (Kind.replace, Kind.subclass) and self.implementation is None:
+            raise ValueError(f"kind {k.value!r} needs 'implementation'")
+        if k is Kind.subclass:
+            if self.config_field is None:
+                raise ValueError("kind 'subclass' needs 'config_field' (the VllmConfig field that selects the class, "
+                                 "e.g. scheduler_config.scheduler_cls)")
+            if not self.overrides:
+                raise ValueError("kind 'subclass' needs a non-empty 'overrides' (the target's methods the "
+                                 "implementation overrides)")
+            if "." in self.target.partition(":")[2]:
+                raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
+                                 f"{self.target!r}")
+            if len(set(self.overrides)) != len(self.overrides):
+                raise ValueError(f"'overrides' names a method twice: {self.overrides}")
+        else:
+            if self.config_field is not None:
+                raise ValueError(f"'config_field' is only for kind subclass, not {k.value!r}")
+            if self.overrides:
+                raise ValueError(f"'overrides' is only for kind subclass, not {k.value!r}")
         if k is Kind.env_default and self.env_default is None:
             raise ValueError("kind 'env_default' needs 'env_default: {name, value}'")
         if k is not Kind.env_default and self.env_default is not None:
@@ -236,8 +266,10 @@ class Patch(Strict):
 
     @property
     def pinned_specs(self) -> list[str]:
-        """Every upstream place the manifest pins for this patch: target, copies, uses."""
-        return ([self.target] if self.target else []) + list(self.copies) + list(self.uses)
+        """Every upstream place the manifest pins for this patch: target, copies, uses, and (kind subclass)
+        each overridden base method as `target.method`."""
+        return (([self.target] if self.target else []) + list(self.copies) + list(self.uses)
+                + [f"{self.target}.{m}" for m in self.overrides])
 
     @property
     def key(self) -> str:
@@ -245,8 +277,10 @@ class Patch(Strict):
 
     @property
     def stage(self) -> str:
-        """'import' if every precondition can be judged at plugin load, else 'config'."""
-        return "config" if self.when.needs_config() else "import"
+        """'import' if every precondition can be judged at plugin load, else 'config'.
+
+        A subclass is always config-stage: the field that selects it lives on the VllmConfig."""
+        return "config" if self.when.needs_config() or self.kind is Kind.subclass else "import"
 
 
 class Fingerprint(Strict):

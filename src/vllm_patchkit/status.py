@@ -156,6 +156,14 @@ def to_json(run: Optional[Run], min_steps: int = 8) -> str:
     )
 
 
+def report(base: Path, run_id: Optional[str] = None, min_steps: int = 8) -> tuple[str, int]:
+    """Exactly what `vllm-patchkit status --json [--run RUN] [--min-steps N]` prints for `base`, and its exit
+    code, from one read of the records: the API server's /patchkit/status serves this, so the probe and
+    the CLI cannot disagree."""
+    run = load_run(base, run_id)
+    return to_json(run, min_steps), assess(run, min_steps)[0]
+
+
 def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -> str:
     """A rich table: one row per patch per process."""
     from rich.console import Console
@@ -181,8 +189,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 continue
             state = rec.get("state", "?")
             if rec.get("required") and rec.get("state") == "pending" and (proc.get("steps") or 0) > 0:
-                problems.append(f"{where}: required patch never judged: the process ran {proc['steps']} steps "
-                                "but its config-ready point never ran (check the core.config-ready.* row)")
+                state = "pending, NEVER JUDGED"  # the problem line itself comes from assess()
             if is_inert(rec, steps, min_steps):
                 state = "applied, INERT"
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):

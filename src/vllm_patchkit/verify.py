@@ -38,6 +38,7 @@ class Verified:
     impl: Any = None
     already: bool = False
     notes: list[Finding] = field(default_factory=list)
+    selection: Any = None  # kind subclass: the config field it sets (subclass.Selection), judged at the config stage
 
 
 def _compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,
@@ -140,8 +141,12 @@ def _replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
     return None
 
 
-def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
-    """Resolve target, copies and implementation; compare with the manifest's pins."""
+def verify(patch: Patch, entry: Optional[ManifestEntry],
+           pinned_elsewhere: Optional[dict[str, list[str]]] = None) -> Verified | Finding:
+    """Resolve target, copies and implementation; compare with the manifest's pins.
+
+    `pinned_elsewhere` (kind subclass): every place the plan pins -> the patch keys pinning it.
+    """
     out = Verified()
     if patch.target is not None:
         try:
@@ -237,6 +242,11 @@ def verify(patch: Patch, entry: Optional[ManifestEntry]) -> Verified | Finding:
             return Finding("value_from", f"value_from {patch.value_from}: {exc}", "importable", "error")
         if out.place is not None and out.place.get_raw() is out.impl:
             out.already = True
+    if patch.kind is Kind.subclass and out.place is not None:
+        from . import subclass
+
+        out.impl, bad = subclass.check(patch, entry, out.place, pinned_elsewhere)
+        return out if bad is None else bad
     if patch.implementation is not None:
         try:
             out.impl = load_object(patch.implementation)

@@ -24,6 +24,9 @@ from vllm_patchkit.schema import Patch
 from vllm_patchkit.targets import resolve
 
 from .helpers import make_loader, patch_doc, pinned_entry
+from tests.releases import only_on
+
+ONLY_031 = only_on("0.31.0", "the ATOM V4.1 wrapper-arity bug replayed against _pool_bytes_per_block(kv_cache_groups), its one-parameter form (0.32 added vllm_config)")
 
 POOL = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
 POST = "vllm.v1.worker.gpu.model_runner:GPUModelRunner.postprocess_sampled"
@@ -46,6 +49,7 @@ def codes(found):
 
 
 # -- the two historical bugs, on the real targets ---------------------------------------------------
+@ONLY_031
 def test_real_signatures_are_the_pinned_ones():
     from vllm_patchkit.declare import builtin_manifest_dir
 
@@ -82,6 +86,7 @@ def real_signature_target():
     return GPUModelRunner.postprocess_sampled
 
 
+@ONLY_031
 def test_pool_bytes_replacement_of_the_wrong_arity_is_caught():
     # written for vLLM 0.32's (vllm_config, kv_cache_groups), installed on 0.31's (kv_cache_groups)
     def pool_bytes(vllm_config, kv_cache_groups):
@@ -97,6 +102,7 @@ def test_pool_bytes_replacement_of_the_wrong_arity_is_caught():
         "vLLM never passes it, so every call raises TypeError")
 
 
+@ONLY_031
 def test_pool_bytes_replacement_taking_one_argument_where_vllm_passes_two_is_caught():
     # the bug as it happened: the replacement took one argument, vLLM's function took two
     def pool_bytes(kv_cache_groups):
@@ -133,6 +139,7 @@ def test_loader_refuses_the_postprocess_sampled_replacement_before_installing(tm
     assert GPUModelRunner.__dict__["postprocess_sampled"] is before  # nothing installed
 
 
+@ONLY_031
 def test_loader_refuses_the_pool_bytes_replacement_and_a_required_one_stops_startup(tmp_path, impl_module):
     import vllm.v1.core.kv_cache_utils as kvu
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.releases import INSTALLED
+
 import json
 import os
 import subprocess
@@ -32,7 +34,7 @@ def test_register_declares_env_vars_logs_one_line_and_writes_a_record(tmp_path):
     for name in ("VLLM_PATCHKIT_STATUS_DIR", "VLLM_PATCHKIT_FLUSH_SECONDS", "VLLM_PATCHKIT_IMAGE_INTERVAL_TOKENS"):
         assert name in registered  # the last one is declared by the KV hook's YAML
     summary = [line for line in (out.stdout + out.stderr).splitlines() if "vllm-patchkit: role=engine_core" in line]
-    assert len(summary) == 1 and "stage=import manifest=vllm-0.31.0.yaml applied=" in summary[0]
+    assert len(summary) == 1 and f"stage=import manifest=vllm-{INSTALLED}.yaml applied=" in summary[0]
     [run] = list(tmp_path.iterdir())
     [record] = list(run.iterdir())
     data = json.loads(record.read_text())

@@ -166,10 +166,10 @@ def test_an_upstream_layer_pinned_but_absent_here_is_tolerated(tmp_path, executo
 
 # -- replacements that look like the original -----------------------------------------------------
 def _faked(tmp_path, monkeypatch, kvu):
-    (tmp_path / "impostor.py").write_text(textwrap.dedent("""
-        def _pool_bytes_per_block(kv_cache_groups):
-            return 0
-    """))
+    import inspect
+
+    params = ", ".join(inspect.signature(kvu._pool_bytes_per_block).parameters)  # the installed release's
+    (tmp_path / "impostor.py").write_text(f"def _pool_bytes_per_block({params}):\n    return 0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "impostor", raising=False)
     import impostor

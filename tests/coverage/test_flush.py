@@ -164,3 +164,6 @@ def test_required_patch_never_judged_in_a_process_that_stepped_is_a_problem(tmp_
     assert code == 1 and problems == [f"count@1 in worker (pid {data['pid']}): required patch never judged: the "
                                       "process ran 12 steps but its config-ready point never ran (check the "
                                       "core.config-ready.* row)"]
+    # the table says it too (rendering it raised NameError before: regression)
+    table = status.render(status.load_run(tmp_path / "status"))
+    assert "pending, NEVER JUDGED" in table and "required patch never judged" in table

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.releases import INSTALLED
 from vllm_patchkit import status
 from vllm_patchkit.demo.server import serve
 
@@ -60,11 +61,11 @@ def test_the_sets_own_pytest_run_gets_lifecycle_and_contract_items(otherset_site
     proc, outcomes = run_set_tests(otherset_site, tmp_path)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     lifecycle = {k: v for k, v in outcomes.items() if k.startswith("vllm-patchkit.other.lifecycle::")}
-    contracts = {k: v for k, v in outcomes.items() if k.startswith("vllm-patchkit.other.vllm-0.31.0.yaml")}
+    contracts = {k: v for k, v in outcomes.items() if k.startswith(f"vllm-patchkit.other.vllm-{INSTALLED}.yaml")}
     # one patch (engine_core only) x 2 import orders x 4 steps; its pin + the completeness item
     assert len(lifecycle) == 8 and set(lifecycle.values()) == {"passed"}, lifecycle
     assert len(contracts) == 2 and set(contracts.values()) == {"passed"}, contracts
-    assert "vllm-patchkit.other.vllm-0.31.0.yaml.other.schedule-counter@1::vllm.v1.core.sched.scheduler:" \
+    assert f"vllm-patchkit.other.vllm-{INSTALLED}.yaml.other.schedule-counter@1::vllm.v1.core.sched.scheduler:" \
            "Scheduler.schedule" in contracts, contracts
     assert "PASSED vllm-patchkit::other::lifecycle::other.schedule-counter[engine_core][import-after]::unpatch" \
         in proc.stdout
@@ -75,12 +76,12 @@ def test_the_sets_own_pytest_run_gets_lifecycle_and_contract_items(otherset_site
 def test_a_wrong_pin_of_the_set_fails_its_contract_and_lifecycle(otherset_site, tmp_path):
     import yaml
 
-    manifest = yaml.safe_load((OTHERSET / "patchkit_otherset" / "manifests" / "vllm-0.31.0.yaml").read_text())
+    manifest = yaml.safe_load((OTHERSET / "patchkit_otherset" / "manifests" / f"vllm-{INSTALLED}.yaml").read_text())
     pin = manifest["patches"][0]["targets"]["vllm.v1.core.sched.scheduler:Scheduler.schedule"]
     pin["signature"] = pin["signature"][:-1] + ", *, extra_required)"  # wrong on purpose
     mdir = tmp_path / "manifests"
     mdir.mkdir()
-    (mdir / "vllm-0.31.0.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    (mdir / f"vllm-{INSTALLED}.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     # the `=` form: a space-separated value would be taken for a path by pytest's early rootdir search
     proc, outcomes = run_set_tests(otherset_site, tmp_path, f"--patchkit-manifest-dir={mdir}",
                                    "-k", "import-before and ::patch and not twice and not unpatch or yaml")
@@ -89,7 +90,7 @@ def test_a_wrong_pin_of_the_set_fails_its_contract_and_lifecycle(otherset_site, 
     assert len(failed) == 2, outcomes  # the pin item and the first lifecycle step
     assert "parameter 'extra_required' removed" in proc.stdout
     assert "RequiredPatchFailed: vllm-patchkit: required patch other.schedule-counter@1 failed" in proc.stdout
-    assert outcomes["vllm-patchkit.other.vllm-0.31.0.yaml::complete"] == "passed", outcomes
+    assert outcomes[f"vllm-patchkit.other.vllm-{INSTALLED}.yaml::complete"] == "passed", outcomes
 
 
 def test_a_third_party_set_is_found_applied_counted_and_shown_under_its_name(tiny_model, tmp_path, otherset_site):

@@ -118,7 +118,9 @@ def main() -> None:
     with contextlib.redirect_stdout(buf):
         code = cli(["check", "--format", "json"])
     doc = json.loads(buf.getvalue())
-    out["check"] = {"exit": code, "release": doc["release"], "counts": doc["counts"]}
+    out["check"] = {"exit": code, "release": doc["release"], "counts": doc["counts"],
+                    "broken": {p["patch"]: [b["explain"] for b in p["breakages"]] for p in doc["patches"]
+                               if p["status"] == "broken"}}
     print("PROBE-JSON " + json.dumps(out))
 
 

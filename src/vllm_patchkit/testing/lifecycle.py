@@ -63,8 +63,18 @@ def load_sets(sets, manifest_dirs: Optional[dict] = None):
     return ps, load_manifests(dirs_of(sources), ps)
 
 
-def newest(ps, patch_id: str):
-    return max(ps.by_id(patch_id), key=lambda p: p.version)
+def newest(ps, patch_id: str, vllm_version: str | None = None):
+    """The newest version of the patch whose `when.vllm` admits the installed vLLM (the one a loader there
+    uses); the newest of all only when none admits it (its cases then report why)."""
+    from ..preconditions import version_matches
+
+    if vllm_version is None:
+        import vllm
+
+        vllm_version = vllm.__version__
+    versions = ps.by_id(patch_id)
+    admitted = [p for p in versions if version_matches(p.when, vllm_version)]
+    return max(admitted or versions, key=lambda p: p.version)
 
 
 def closure_of(ps, patch) -> list:

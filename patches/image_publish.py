@@ -1,0 +1,225 @@
+"""Image publication: the scheduler-side book of a model's checkpoint images (via its adapter).
+
+A model with a per-request state slot (DeepSeek-V4 in the plugin) files checkpoint *images* of the slot into
+``k`` single-layer image groups (the adapter's ``image_layer_names(k)``; vLLM manages each as a Mamba
+``align`` group, so its ``MambaManager`` keeps a request's running block and the previous one: the 2 working
+blocks the KV-config hook counts). This module decides which of those blocks are images and publishes them
+under the prefix hash with vLLM's own ``BlockPool.cache_full_blocks``; vLLM's own caching of the image groups
+is switched off (``image_publish_suppress``), since only the blocks the plugin's copier filled hold an image.
+
+The book (one per ``KVCacheManager``, kept on it) is driven from five places, each its own patch:
+
+* ``KVCacheManager.allocate_slots`` (this module): before vLLM's call, publish this request's deferred image
+  if its boundary hash exists now; after it, file the image this step makes (``Placement.image_at`` on the
+  step's end), pin its blocks (one per image group) and publish it at once if its boundary hash exists, else
+  **defer** it (a decode keep whose boundary block is closed by a token still in flight: async scheduling);
+* ``MambaManager.cache_blocks`` (``image_publish_suppress``): not for image groups;
+* ``Scheduler._free_request`` (``image_publish_finish``): natural completion publishes a deferred image; an
+  abort publishes it only if its hash exists, else **drops** it (publishing it raised ``IndexError`` in
+  ``cache_full_blocks`` and took EngineCore down); then vLLM frees the request as usual;
+* ``Scheduler._preempt_request`` (``image_publish_preempt``): a deferred image is **dropped**; the request
+  resumes (and hits its own last published image);
+* ``Scheduler._mamba_block_aligned_split`` (``image_publish_split``): a prefill chunk also stops at each
+  interval rung, so a rung is a step's end.
+
+Every read of a boundary hash goes through ``boundary_hash``: vLLM's ``resolve_block_hashes`` at the image
+block size, the view ``cache_full_blocks`` itself indexes (vLLM may hash at a finer ``hash_block_size``; the
+raw list is then longer than the view, and a check on it would let the ``IndexError`` through).
+
+Blocks: the book pins (``BlockPool.touch``) an image's blocks from filing until its publication is decided,
+so a deferred image's block cannot be handed to another request while it waits; a request has at most one
+undecided image (filing a new one decides the previous one first), so all but the last image are released
+and a request holds at most 2 blocks per image group (vLLM's running block, and the previous one or the
+pinned image, which is the same block: the image at a step's end is that step's running block). Decided
+images are released: a published one stays in vLLM's prefix cache (evictable, last) for later hits.
+
+Counters (this patch's record, ``detail``): ``filed.{rung,anchor,keep}``, ``published``, ``deferred``,
+``published_deferred``, ``dropped_on_abort``, ``dropped_on_preemption``, ``dropped_superseded``,
+``dropped_unhashed_on_finish``, ``skipped_no_block``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from vllm_patchkit.context import PatchContext
+
+log = logging.getLogger("vllm.patchkit")
+
+BOOK_ATTR = "_vllm_patchkit_image_book"  # on the KVCacheManager: the Book, or None (no adapter's images)
+IMAGE_GROUP_ATTR = "_vllm_patchkit_image_group"  # on each image group's MambaManager: True
+LAYOUT_ATTR = "_vllm_patchkit_image_layout"  # on a Scheduler: its Layout, or None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a KV-cache config keeps an adapter's images: the image groups and their block size."""
+
+    adapter: Any
+    placement: Any
+    group_ids: tuple[int, ...]
+    block_size: int
+
+
+def image_layout(kv_cache_config: Any, registry: Any) -> Optional[Layout]:
+    """The adapter whose proxy layer is in this config, its image groups and placement; None without one."""
+    groups = kv_cache_config.kv_cache_groups
+    adapter = registry.for_kv_specs([{name: None for g in groups for name in g.layer_names}])
+    if adapter is None:
+        return None
+    ids = tuple(i for i, g in enumerate(groups) if any(adapter.is_image_layer(n) for n in g.layer_names))
+    if not ids:
+        return None
+    sizes = {groups[i].kv_cache_spec.block_size for i in ids}
+    if sizes != {adapter.block_size}:
+        raise ValueError(f"vllm-patchkit: image-publish: {adapter.name} image groups have block sizes "
+                         f"{sorted(sizes)}, the adapter's images are per {adapter.block_size}-token block")
+    return Layout(adapter, adapter.placement(), ids, adapter.block_size)
+
+
+@dataclass
+class Image:
+    """One filed image: its boundary (tokens), its kind and its pinned blocks (one per image group)."""
+
+    boundary: int
+    kind: str
+    blocks: dict[int, Any]  # group id -> KVCacheBlock
+    deferred: bool = False
+
+
+@dataclass
+class Book:
+    """The images of every running request of one KVCacheManager (see the module docstring)."""
+
+    ctx: PatchContext
+    layout: Layout
+    manager: Any  # vLLM's KVCacheManager
+    pending: dict[str, Image] = field(default_factory=dict)  # request id -> its undecided image
+
+    @property
+    def pool(self) -> Any:
+        return self.manager.block_pool
+
+    # -- the one view every hash read goes through ----------------------------------------------
+    def boundary_hash(self, request: Any, boundary: int) -> Any:
+        """The prefix hash at ``boundary`` tokens at the image block size, or None while it does not exist."""
+        view = self.ctx.use("resolve_block_hashes")(request.block_hashes, self.pool.hash_block_size,
+                                                   self.layout.block_size)
+        n = boundary // self.layout.block_size
+        return view[n - 1] if len(view) >= n else None
+
+    # -- filing ------------------------------------------------------------------------------------
+    def file(self, request: Any, end: int) -> None:
+        """After vLLM allocated a step that ends at ``end`` tokens: file its image, if the placement says so."""
+        kind = self.layout.placement.image_at(end, request.num_prompt_tokens, self.layout.block_size)
+        if kind is None:
+            return
+        rid = request.request_id
+        previous = self.pending.get(rid)
+        if previous is not None:
+            if previous.boundary == end:
+                return  # one image per boundary
+            self.decide(request, previous, on_missing="dropped_superseded")
+        idx = end // self.layout.block_size - 1
+        blocks = {}
+        for gid in self.layout.group_ids:
+            table = self.manager.coordinator.single_type_managers[gid].req_to_blocks.get(rid, [])
+            block = table[idx] if idx < len(table) else None
+            if block is None or block.is_null or block.block_hash is not None:
+                self.ctx.count("skipped_no_block")
+                return
+            blocks[gid] = block
+        self.pool.touch(list(blocks.values()))
+        image = Image(end, kind, blocks)
+        self.ctx.count("filed." + kind)
+        if self.boundary_hash(request, end) is not None:
+            self.publish(request, image)
+            self.release(image)
+        else:
+            image.deferred = True
+            self.pending[rid] = image
+            self.ctx.count("deferred")
+
+    # -- deciding ----------------------------------------------------------------------------------
+    def retry(self, request: Any) -> None:
+        """Publish this request's deferred image if its boundary hash exists now (it keeps running)."""
+        image = self.pending.get(request.request_id)
+        if image is not None and self.boundary_hash(request, image.boundary) is not None:
+            self.decide(request, image, on_missing="")
+
+    def decide(self, request: Any, image: Image, on_missing: str) -> bool:
+        """Publish ``image`` if its boundary hash exists, else drop it (counted as ``on_missing``); release it."""
+        self.pending.pop(request.request_id, None)
+        published = self.boundary_hash(request, image.boundary) is not None
+        if published:
+            self.publish(request, image)
+            if image.deferred:
+                self.ctx.count("published_deferred")
+        elif on_missing:
+            self.ctx.count(on_missing)
+        self.release(image)
+        return published
+
+    def drop(self, request: Any, counter: str) -> None:
+        """Drop this request's undecided image without publishing it."""
+        image = self.pending.pop(request.request_id, None)
+        if image is not None:
+            self.ctx.count(counter)
+            self.release(image)
+
+    def publish(self, request: Any, image: Image) -> None:
+        """File the image's blocks under the prefix hash at its boundary, through vLLM's cache_full_blocks."""
+        n = image.boundary // self.layout.block_size
+        cache_full_blocks = self.ctx.use("cache_full_blocks")
+        for gid, block in image.blocks.items():
+            cache_full_blocks(self.pool, request, [self.pool.null_block] * (n - 1) + [block], n - 1, n,
+                              self.layout.block_size, gid)
+            manager = self.manager.coordinator.single_type_managers[gid]
+            # vLLM's own guard for Mamba groups: a state cached in this step is not hit in this step.
+            getattr(manager, "cached_blocks_this_step", set()).add(block.block_hash)
+        self.ctx.count("published")
+
+    def release(self, image: Image) -> None:
+        self.pool.free_blocks(list(image.blocks.values()))
+
+
+def book_of(manager: Any, ctx: PatchContext) -> Optional[Book]:
+    """The KVCacheManager's book, made on first use (None: no adapter's image groups, or no prefix caching)."""
+    d = manager.__dict__
+    if BOOK_ATTR in d:
+        return d[BOOK_ATTR]
+    layout = image_layout(manager.kv_cache_config, ctx.adapters) if manager.enable_caching else None
+    book = Book(ctx, layout, manager) if layout is not None else None
+    if book is not None:
+        for gid in layout.group_ids:
+            manager.coordinator.single_type_managers[gid].__dict__[IMAGE_GROUP_ATTR] = True
+        for name in ("published", "deferred", "dropped_on_abort", "dropped_on_preemption"):
+            ctx.count(name, 0)  # in the record from the start
+    ctx.note(flush=False, layout=None if layout is None else {
+        "adapter": layout.adapter.name, "image_groups": list(layout.group_ids), "block_size": layout.block_size,
+        "interval_tokens": layout.placement.interval_tokens, "anchor": layout.placement.anchor,
+        "hash_block_size": manager.block_pool.hash_block_size})
+    d[BOOK_ATTR] = book
+    return book
+
+
+def existing_book(manager: Any) -> Optional[Book]:
+    """The book another patch made on this KVCacheManager, if any (never makes one)."""
+    return manager.__dict__.get(BOOK_ATTR)
+
+
+def allocate_slots(wrapped, instance, args, kwargs, ctx):
+    """Wrap of KVCacheManager.allocate_slots (instance: the KVCacheManager)."""
+    book = book_of(instance, ctx)
+    if book is None:
+        return wrapped(*args, **kwargs)
+    request = ctx.arg(args, kwargs, "request")
+    book.retry(request)  # before vLLM may free the previous state block
+    new_blocks = wrapped(*args, **kwargs)
+    if new_blocks is not None:
+        end = (request.num_computed_tokens + ctx.arg(args, kwargs, "num_new_computed_tokens")
+               + ctx.arg(args, kwargs, "num_external_computed_tokens") + ctx.arg(args, kwargs, "num_new_tokens"))
+        book.file(request, end)
+    return new_blocks

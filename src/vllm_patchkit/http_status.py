@@ -1,0 +1,82 @@
+"""GET /patchkit/status on vLLM's API server: `vllm-patchkit status --json` of the server's own run.
+
+HTTP 200 when status would exit 0, else 503, so it works as a readiness probe.
+Read-only (GET only, no parameters: the run and the directory are the server's
+own) and never more than the CLI shows, since the body is the CLI's JSON.
+
+The API key: vLLM's AuthenticationMiddleware guards only /v1, /v2, /inference and
+/cohere. The route checks the same tokens with the same code: the tokens the
+middleware was added with (so --api-key wins over VLLM_API_KEY exactly as there)
+and vLLM's own `verify_token` (Bearer, sha256 + constant-time compare), and
+answers as it does (401 {"error": "Unauthorized"}). No middleware, no check:
+as for /v1.
+
+A flood costs one read of the records per second: the answer is cached for
+CACHE_SECONDS (below the default flush interval of 2 s) and reads are
+single-flight, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from fastapi import Request  # at module level: FastAPI resolves the handler's annotation from here
+from fastapi.responses import JSONResponse, Response
+
+from .status import report
+
+ROUTE = "/patchkit/status"
+CACHE_SECONDS = 1.0
+
+
+class Snapshot:
+    """The route's answer, read at most once per CACHE_SECONDS however many requests arrive."""
+
+    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8, ttl: float = CACHE_SECONDS):
+        self.base, self.run_id, self.min_steps, self.ttl = Path(base), run_id, min_steps, ttl
+        self._at = -1e18
+        self._value: tuple[str, int] = ("", 2)
+        self._lock: Optional[asyncio.Lock] = None
+
+    def _fresh(self) -> bool:
+        return time.monotonic() - self._at < self.ttl
+
+    async def read(self) -> tuple[str, int]:
+        if self._fresh():
+            return self._value
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self._fresh():
+                loop = asyncio.get_running_loop()
+                self._value = await loop.run_in_executor(None, report, self.base, self.run_id, self.min_steps)
+                self._at = time.monotonic()
+        return self._value
+
+
+def api_tokens(app: Any, auth_cls: type) -> Optional[list[str]]:
+    """The tokens vLLM's AuthenticationMiddleware was added with on `app`, or None (no key configured)."""
+    for mw in getattr(app, "user_middleware", []):
+        if getattr(mw, "cls", None) is auth_cls:
+            return list(mw.kwargs.get("tokens") or (mw.args[0] if mw.args else []))
+    return None
+
+
+def install(app: Any, base: Path, run_id: Optional[str], auth_cls: type, min_steps: int = 8) -> bool:
+    """Add the route to `app` (built by vLLM's build_app); True when it sits behind the API key."""
+    tokens = api_tokens(app, auth_cls)
+    guard = auth_cls(None, tokens=tokens) if tokens else None  # vLLM's own check, never our copy of it
+    snapshot = Snapshot(base, run_id, min_steps)
+
+    async def patchkit_status(request: Request) -> Response:
+        if guard is not None and not guard.verify_token(request.headers):
+            return JSONResponse(content={"error": "Unauthorized"}, status_code=401)
+        body, code = await snapshot.read()
+        return Response(content=body, status_code=200 if code == 0 else 503, media_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    app.add_api_route(ROUTE, patchkit_status, methods=["GET"], include_in_schema=False)
+    return guard is not None
