@@ -5,7 +5,7 @@ process's config-ready point (see vllm_patchkit/core/config_ready.py). Within a
 stage every decision is made before anything is installed, so a required
 patch that cannot apply stops start-up with nothing half-applied.
 
-Size (~480 lines): the decision order (needed first, then available; the front
+Size (~530 lines): the decision order (needed first, then available; the front
 end's pre-flight for other processes' patches) is one sequence that reads best in
 one place; module checks, stale/shadow reports and records are small methods of it.
 """
