@@ -26,17 +26,21 @@ from typing import Any, Optional
 from fastapi import Request  # at module level: FastAPI resolves the handler's annotation from here
 from fastapi.responses import JSONResponse, Response
 
-from .status import report
+from .status import assess, load_run, to_json
 
 ROUTE = "/patchkit/status"
+GATHERED_HEADER = "X-Patchkit-Workers"
 CACHE_SECONDS = 1.0
 
 
 class Snapshot:
     """The route's answer, read at most once per CACHE_SECONDS however many requests arrive."""
 
-    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8, ttl: float = CACHE_SECONDS):
+    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8, ttl: float = CACHE_SECONDS,
+                 gatherer: Any = None):
         self.base, self.run_id, self.min_steps, self.ttl = Path(base), run_id, min_steps, ttl
+        self.gatherer = gatherer  # gather.Gatherer: the workers' records over collective_rpc, or None
+        self.gathered = 0  # processes the last read added from the gather (not in the local directory)
         self._at = -1e18
         self._value: tuple[str, int] = ("", 2)
         self._lock: Optional[asyncio.Lock] = None
@@ -51,10 +55,22 @@ class Snapshot:
             self._lock = asyncio.Lock()
         async with self._lock:
             if not self._fresh():
+                if self.gatherer is not None:
+                    await self.gatherer.fetch()
                 loop = asyncio.get_running_loop()
-                self._value = await loop.run_in_executor(None, report, self.base, self.run_id, self.min_steps)
+                self._value = await loop.run_in_executor(None, self._report)
                 self._at = time.monotonic()
         return self._value
+
+    def _report(self) -> tuple[str, int]:
+        """`status.report` of the directory, with the workers' gathered records merged in (a no-op when every
+        worker's file is in the directory, as on one host: then the body is exactly `status --json`'s)."""
+        run = load_run(self.base, self.run_id)
+        if self.gatherer is not None:
+            before = len(run.processes) if run is not None else 0
+            run = self.gatherer.apply(run)
+            self.gathered = (len(run.processes) if run is not None else 0) - before
+        return to_json(run, self.min_steps), assess(run, self.min_steps)[0]
 
 
 def api_tokens(app: Any, auth_cls: type) -> Optional[list[str]]:
@@ -65,18 +81,22 @@ def api_tokens(app: Any, auth_cls: type) -> Optional[list[str]]:
     return None
 
 
-def install(app: Any, base: Path, run_id: Optional[str], auth_cls: type, min_steps: int = 8) -> bool:
+def install(app: Any, base: Path, run_id: Optional[str], auth_cls: type, min_steps: int = 8,
+            gatherer: Any = None) -> bool:
     """Add the route to `app` (built by vLLM's build_app); True when it sits behind the API key."""
     tokens = api_tokens(app, auth_cls)
     guard = auth_cls(None, tokens=tokens) if tokens else None  # vLLM's own check, never our copy of it
-    snapshot = Snapshot(base, run_id, min_steps)
+    snapshot = Snapshot(base, run_id, min_steps, gatherer=gatherer)
 
     async def patchkit_status(request: Request) -> Response:
         if guard is not None and not guard.verify_token(request.headers):
             return JSONResponse(content={"error": "Unauthorized"}, status_code=401)
         body, code = await snapshot.read()
+        headers = {"Cache-Control": "no-store"}
+        if gatherer is not None:  # how many workers answered over collective_rpc, and how many only that way
+            headers[GATHERED_HEADER] = f"{len(gatherer.answers)} answered, {snapshot.gathered} not on disk here"
         return Response(content=body, status_code=200 if code == 0 else 503, media_type="application/json",
-                        headers={"Cache-Control": "no-store"})
+                        headers=headers)
 
     app.add_api_route(ROUTE, patchkit_status, methods=["GET"], include_in_schema=False)
     return guard is not None

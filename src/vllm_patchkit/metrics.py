@@ -104,8 +104,9 @@ class PatchStatusCollector(Collector):
     """Reads one run's records at every scrape; a failed read shows as `vllm_patchkit_scrape_error 1`,
     never as a failed scrape of vLLM's own metrics."""
 
-    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8):
+    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8, gatherer=None):
         self.base, self.run_id, self.min_steps = Path(base), run_id, min_steps
+        self.gatherer = gatherer  # gather.Gatherer: workers' records as of the last gather (refreshed here)
         self.last_seconds = 0.0
 
     def describe(self) -> Iterable:
@@ -114,7 +115,11 @@ class PatchStatusCollector(Collector):
     def collect(self) -> Iterable:
         t0 = time.perf_counter()
         try:
-            out = families(load_run(self.base, self.run_id), self.min_steps)
+            run = load_run(self.base, self.run_id)
+            if self.gatherer is not None:  # a scrape cannot await: the last answers, and a refresh started
+                run = self.gatherer.apply(run)
+                self.gatherer.refresh_soon()
+            out = families(run, self.min_steps)
             failed = 0
         except Exception as exc:  # a scrape of vLLM's metrics must never fail because of ours
             log.warning("vllm-patchkit: /metrics could not read the records in %s: %s", self.base, exc)
@@ -130,12 +135,12 @@ class PatchStatusCollector(Collector):
 _installed: dict[int, PatchStatusCollector] = {}  # id(registry) -> our collector there: one per registry
 
 
-def install(registry, base: Path, run_id: Optional[str], min_steps: int = 8) -> PatchStatusCollector:
+def install(registry, base: Path, run_id: Optional[str], min_steps: int = 8, gatherer=None) -> PatchStatusCollector:
     """Register the collector on `registry` once; an app built again (tests, restarts in-process) re-points it."""
     mine = _installed.get(id(registry))
     if mine is None:
-        mine = _installed[id(registry)] = PatchStatusCollector(base, run_id, min_steps)
+        mine = _installed[id(registry)] = PatchStatusCollector(base, run_id, min_steps, gatherer)
         registry.register(mine)
     else:
-        mine.base, mine.run_id, mine.min_steps = Path(base), run_id, min_steps
+        mine.base, mine.run_id, mine.min_steps, mine.gatherer = Path(base), run_id, min_steps, gatherer
     return mine

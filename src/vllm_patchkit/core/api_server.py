@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from vllm_patchkit import http_status, metrics, runtime
+from vllm_patchkit import gather, http_status, metrics, runtime
 from vllm_patchkit.record import RUN_ID_ENV, default_status_dir
 
 log = logging.getLogger("vllm.patchkit")
@@ -30,13 +30,14 @@ def after_build_app(wrapped, instance, args, kwargs, ctx):
     """vLLM builds the app exactly as it would; then the two operator endpoints are added to it."""
     app = wrapped(*args, **kwargs)
     base, run_id = _run_of_this_server()
+    gatherer = gather.Gatherer(app)  # workers on other hosts: their records over vLLM's collective_rpc
     notes = {}
     try:
         registry = ctx.use("get_prometheus_registry")()
         from prometheus_client import REGISTRY
 
         if registry is REGISTRY:
-            metrics.install(registry, base, run_id)
+            metrics.install(registry, base, run_id, gatherer=gatherer)
             notes["metrics"] = "on /metrics"
         else:  # PROMETHEUS_MULTIPROC_DIR (--api-server-count > 1): vLLM's /metrics reads only the mmap files
             notes["metrics"] = "not on /metrics: multiprocess Prometheus mode shows only vLLM's files"
@@ -44,7 +45,7 @@ def after_build_app(wrapped, instance, args, kwargs, ctx):
         log.warning("vllm-patchkit: patch metrics not added to /metrics: %s", exc)
         notes["metrics"] = f"not added: {exc}"
     try:
-        keyed = http_status.install(app, base, run_id, ctx.use("AuthenticationMiddleware"))
+        keyed = http_status.install(app, base, run_id, ctx.use("AuthenticationMiddleware"), gatherer=gatherer)
         notes["route"] = f"GET {http_status.ROUTE}" + (" (API key required)" if keyed else "")
     except Exception as exc:
         log.warning("vllm-patchkit: %s not added: %s", http_status.ROUTE, exc)

@@ -7,7 +7,7 @@ declared in the YAML (`params: [vllm_config]`) and read through the context.
 
 from __future__ import annotations
 
-from vllm_patchkit import runtime
+from vllm_patchkit import gather, runtime
 
 
 def before_vllm_config_post_init(wrapped, instance, args, kwargs):
@@ -23,6 +23,10 @@ def before_executor_init(wrapped, instance, args, kwargs, ctx):
 
 
 def before_worker_init(wrapped, instance, args, kwargs, ctx):
-    """Worker: WorkerBase.__init__ receives the config before the model runner exists."""
+    """Worker: WorkerBase.__init__ receives the config before the model runner exists. The worker then
+    answers `collective_rpc("vllm_patchkit_records")` (gather.py): how the API server sees workers on
+    other hosts."""
     runtime.config_ready(ctx.arg(args, kwargs, "vllm_config"))
-    return wrapped(*args, **kwargs)
+    out = wrapped(*args, **kwargs)
+    gather.attach(instance)
+    return out
