@@ -117,7 +117,7 @@ class Gatherer:
                 return self.answers
             client = self._client()
             if client is None or not hasattr(client, "collective_rpc"):
-                self.error = "no engine client to ask the workers"
+                self.answers, self.error = [], None  # no engine (yet): nobody to ask; the directory's view stands
             else:
                 try:
                     got = await asyncio.wait_for(client.collective_rpc(RPC_METHOD, timeout=self.timeout),

@@ -113,3 +113,11 @@ def test_a_worker_answers_with_its_current_record(monkeypatch):
 def test_a_worker_without_a_loader_answers_none(monkeypatch):
     monkeypatch.setattr(gather.runtime, "current", lambda: None)
     assert gather.worker_records() is None
+
+
+def test_an_app_without_an_engine_client_adds_nothing_and_warns_nothing():
+    """The route of an app vLLM has not given an engine yet: the directory's view, unchanged."""
+    g = gather.Gatherer(types.SimpleNamespace(state=types.SimpleNamespace()), ttl=0)
+    asyncio.run(g.fetch())
+    run = g.apply(Run("r1", [_record(10, "frontend")], []))
+    assert run.warnings == [] and len(run.processes) == 1
