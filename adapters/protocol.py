@@ -138,8 +138,25 @@ class Placement:
 
     @property
     def working_blocks_per_group(self) -> int:
-        """Blocks one request holds in each image group at its peak, published or not."""
+        """Blocks one request holds in each image group at its peak, published or not, when no step of it is
+        in flight while the next is scheduled (synchronous scheduling, no pipeline parallelism): the running
+        block and the previous one. With steps in flight, see ``peak_blocks_per_group``."""
         return self.max_images_per_request
+
+    def peak_blocks_per_group(self, in_flight_steps: int = 0) -> int:
+        """Blocks one request holds in each image group at its peak when up to ``in_flight_steps`` of its
+        steps are still in flight while the next one is scheduled (vLLM's ``max_concurrent_batches - 1``:
+        1 under async scheduling, ``pp - 1`` with pipeline parallelism).
+
+        vLLM's align-mode ``MambaManager`` frees a request's state blocks on its *processed* tokens
+        (``remove_skipped_blocks(num_computed_tokens - num_in_flight_tokens)``), so each in-flight prefill
+        chunk that ends on a block boundary keeps its state block beside the processed state and the block
+        the next chunk runs in: ``working_blocks_per_group + in_flight_steps``. ``in_flight_steps=0`` is
+        ``working_blocks_per_group``.
+        """
+        if in_flight_steps < 0:
+            raise ValueError(f"in_flight_steps must be >= 0, got {in_flight_steps}")
+        return self.working_blocks_per_group + int(in_flight_steps)
 
     def image_at(self, end: int, num_prompt_tokens: int, block_size: int) -> Optional[str]:
         """Which image, if any, a step that brings a request to ``end`` tokens files: ``"rung"`` (a multiple

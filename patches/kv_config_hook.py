@@ -9,14 +9,20 @@ Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy): version 
 2. **Price** the proxy and the image layers at the adapter's real bytes per
    block, so vLLM's block count is the model's real one.
 3. **Check the minimum pool** before vLLM does: one max-length request's peak is
-   ``ceil(max_model_len / block_size)`` proxy blocks + 2 working blocks per image
-   group + vLLM's null block, out of ``physical - withheld`` blocks. One block
-   short stops start-up with the numbers and a remedy that works for how the
-   block count was set (``--num-gpu-blocks-override`` pins it; otherwise memory).
+   ``ceil(max_model_len / block_size)`` proxy blocks + its peak working blocks per
+   image group + vLLM's null block, out of ``physical - withheld`` blocks. The peak
+   per group is 2 (the running block and the previous one) plus one per step of the
+   request that may still be in flight when its next step is scheduled
+   (``in_flight_steps``: vLLM's ``max_concurrent_batches - 1``; 1 under async
+   scheduling): vLLM's align-mode ``MambaManager`` frees on *processed* tokens, so
+   an in-flight block-aligned prefill chunk keeps its state block (3 per group under
+   ``AsyncScheduler``). One block short stops start-up with the numbers and a
+   remedy that works for how the block count was set (``--num-gpu-blocks-override``
+   pins it; otherwise memory).
 4. Call vLLM's own function (its own grouping, auto-fit and checks).
 5. With ``--max-model-len -1``, **re-run vLLM's own auto-fit**
    (``_auto_fit_max_model_len``) over the non-image groups against the blocks left
-   (``physical - withheld - null - 2 per image group``); vLLM writes the shorter
+   (``physical - withheld - null - the peak per image group``); vLLM writes the shorter
    length into ``model_config.max_model_len`` as usual, and EngineCore sends it
    to the workers and the API server as it does after its own auto-fit.
 6. **Withhold** the slot area as a tail: ``num_blocks = physical - withheld``;
@@ -72,6 +78,7 @@ class PoolPlan:
     publishes: bool
     pinned_by_override: bool
     auto_fit: bool
+    in_flight_steps: int = 0
     max_model_len: int = 0
     max_model_len_vllm_alone: Optional[int] = None
     notes: list[str] = field(default_factory=list)
@@ -102,6 +109,29 @@ class PoolPlan:
         return d
 
 
+def in_flight_steps(vllm_config) -> int:
+    """Steps of one request that may still be in flight when vLLM schedules its next one.
+
+    EngineCore keeps ``vllm_config.max_concurrent_batches`` steps in its batch queue (1: synchronous; 2: async
+    scheduling; ``pp``/``pp + 1`` with pipeline parallelism) and schedules while fewer are queued, so up to
+    that many minus one of a request's steps (consecutive prefill chunks) are in flight. A config without the
+    property counts 1 when ``scheduler_config.async_scheduling`` is on."""
+    batches = getattr(vllm_config, "max_concurrent_batches", None)
+    if batches is None:
+        batches = 2 if getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", False) else 1
+    return max(0, int(batches) - 1)
+
+
+def _why_per_group(plan: PoolPlan) -> str:
+    """How the working blocks per image group were counted, for the refusal message."""
+    if not plan.in_flight_steps:
+        return f"{plan.working_per_group} x {plan.image_groups} image groups"
+    steps = "1 step" if plan.in_flight_steps == 1 else f"{plan.in_flight_steps} steps"
+    return (f"{plan.working_per_group} x {plan.image_groups} image groups; {plan.working_per_group} = "
+            f"{plan.working_per_group - plan.in_flight_steps} + {steps} in flight under async scheduling or "
+            "pipeline parallelism")
+
+
 def _physical_blocks(vllm_config, kv_cache_specs, available_memory, page_bytes: int) -> int:
     """The block count vLLM will choose: the override if set, else the smallest worker's memory / page."""
     override = vllm_config.cache_config.num_gpu_blocks_override
@@ -125,7 +155,7 @@ def _refusal(plan: PoolPlan, max_model_len: Optional[int]) -> PoolTooSmall:
         f"{plan.adapter} KV pool too small for one max-length request: {plan.physical} blocks of "
         f"{plan.page_bytes} B (block size {bs}) - {plan.withheld} withheld for {plan.num_slots} state slots "
         f"of {plan.slot_bytes} B - {NULL_BLOCKS} vLLM null block - {plan.working_blocks} image working blocks "
-        f"({plan.working_per_group} x {plan.image_groups} image groups) = {have} blocks for the paged history, "
+        f"({_why_per_group(plan)}) = {have} blocks for the paged history, "
         f"but {asked}; {target - plan.physical} block(s) short."
     )
     remedies = []
@@ -218,6 +248,7 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
     """Everything the hook decides before calling vLLM; raises PoolTooSmall when one request cannot fit."""
     sizing = sizing or adapter.sizing(vllm_config)
     placement = placement or adapter.placement()
+    in_flight = in_flight_steps(vllm_config)
     images = _image_layers(adapter, kv_cache_specs)
     if images and len(images) != sizing.k:
         raise ValueError(
@@ -236,11 +267,12 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
         slot_bytes=sizing.spec.slot_bytes,
         k=sizing.k,
         image_groups=len(images),
-        working_per_group=placement.working_blocks_per_group,
+        working_per_group=placement.peak_blocks_per_group(in_flight),
         interval_tokens=placement.interval_tokens,
         publishes=placement.publishes,
         pinned_by_override=vllm_config.cache_config.num_gpu_blocks_override is not None,
         auto_fit=mc.original_max_model_len == -1,
+        in_flight_steps=in_flight,
         max_model_len=int(mc.max_model_len),
     )
     if images and not placement.publishes:
@@ -329,10 +361,12 @@ def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
 
     log.info(
         "vllm-patchkit: %s: %s pool: %d physical blocks of %d B (block %d), %d withheld for %d slots of %d B, "
-        "null 1, %d image working blocks (%d groups, k=%d, interval %d%s) -> %d blocks in vLLM's pool, "
+        "null 1, %d image working blocks (%d groups x %d, %d step(s) in flight; k=%d, interval %d%s) -> %d blocks "
+        "in vLLM's pool, "
         "max_model_len %d%s",
         PATCH_ID, plan.adapter, plan.physical, plan.page_bytes, plan.block_size, plan.withheld, plan.num_slots,
-        plan.slot_bytes, plan.working_blocks, plan.image_groups, plan.k, plan.interval_tokens,
+        plan.slot_bytes, plan.working_blocks, plan.image_groups, plan.working_per_group, plan.in_flight_steps,
+        plan.k, plan.interval_tokens,
         "" if plan.publishes else " (no image published)", plan.usable, plan.max_model_len,
         f" (re-fit; vLLM alone {plan.max_model_len_vllm_alone})" if plan.auto_fit else "",
     )

@@ -81,6 +81,18 @@ def test_interval_zero_publishes_nothing_but_keeps_two_working_blocks():
     assert not p.publishes and p.working_blocks_per_group == 2
 
 
+def test_steps_in_flight_add_one_working_block_each():
+    """vLLM's align-mode MambaManager frees on processed tokens: each step of a request still in flight when its
+    next one is scheduled keeps one more block per image group (async scheduling: 1; the hook reads vLLM's
+    max_concurrent_batches - 1). The property stays the synchronous peak for callers that read it."""
+    p = DeepseekV4Adapter().placement({})
+    assert [p.peak_blocks_per_group(n) for n in (0, 1, 2)] == [2, 3, 4]
+    assert p.peak_blocks_per_group() == p.working_blocks_per_group == 2
+    assert DeepseekV4Adapter().placement({INTERVAL_ENV: "0"}).peak_blocks_per_group(1) == 3
+    with pytest.raises(ValueError, match="in_flight_steps"):
+        p.peak_blocks_per_group(-1)
+
+
 @pytest.mark.parametrize("raw", ["100", "-256", "x"])
 def test_bad_intervals_are_refused(raw):
     with pytest.raises(ValueError, match=INTERVAL_ENV):

@@ -56,16 +56,22 @@ def patched(v4_checkpoint, toy, standin_registered, monkeypatch):
     runtime.reset()
 
 
-def build(v4_checkpoint, toy, *, hash_block_size=BS, asynchronous=True, blocks=100):
-    """vLLM's scheduler over a pool the KV-config hook sized (4 slots withheld, 3 image groups)."""
+def build(v4_checkpoint, toy, *, hash_block_size=BS, asynchronous=True, blocks=100, max_model_len=4096,
+          bypass=0, pipeline_stages=1):
+    """vLLM's scheduler over a pool the KV-config hook sized (4 slots withheld, 3 image groups); the config says
+    async scheduling exactly when the scheduler is an AsyncScheduler, as in EngineCore. ``bypass``: that many
+    blocks taken off the pool after the hook's check, to watch what vLLM does below the minimum."""
     import vllm.v1.engine.core as core
     from vllm.v1.core import kv_cache_utils
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.structured_output import StructuredOutputManager
 
-    vc = make_config(v4_checkpoint, 4096, override=blocks)
+    vc = make_config(v4_checkpoint, max_model_len, override=blocks, async_scheduling=asynchronous)
+    vc.parallel_config.pipeline_parallel_size = pipeline_stages  # what the scheduler and the hook read of it
     configs = core.get_kv_cache_configs(vc, [toy_specs(toy)], [blocks * 4096])  # EngineCore's copy: the hook
+    for cfg in configs:
+        cfg.num_blocks -= bypass
     sched_cfg = kv_cache_utils.generate_scheduler_kv_cache_config(configs)
     vc.cache_config.num_gpu_blocks = sched_cfg.num_blocks
     cls = AsyncScheduler if asynchronous else Scheduler
@@ -92,12 +98,15 @@ class Engine:
 
     With an AsyncScheduler, as ``EngineCore.step_with_batch_queue`` does: schedule step N, then take step
     N-1's output, process the aborts that came in meanwhile (``abort``), then deliver that output. With a
-    Scheduler: schedule a step and deliver its output. ``stop_at[rid] = n``: the token sampled at position
-    n of that request is the stop token."""
+    Scheduler: schedule a step and deliver its output. ``depth``: EngineCore's batch queue size
+    (``vllm_config.max_concurrent_batches``; default 2 with an AsyncScheduler, 1 with a Scheduler); a Scheduler
+    with depth 2 is pipeline parallelism of 2 stages. ``stop_at[rid] = n``: the token sampled at position n of
+    that request is the stop token."""
 
-    def __init__(self, sched):
+    def __init__(self, sched, depth=None):
         self.sched = sched
         self.asynchronous = type(sched).__name__ == "AsyncScheduler"
+        self.depth = depth or (2 if self.asynchronous else 1)
         self.queue: list = []
         self.stop_at: dict[str, int] = {}
 
@@ -119,7 +128,7 @@ class Engine:
     def schedule(self):
         out = self.sched.schedule()
         self.queue.append(self._output(out))
-        if not self.asynchronous:
+        if self.depth == 1:
             self.deliver()
         return out
 
@@ -133,7 +142,7 @@ class Engine:
 
     def step(self):
         out = self.schedule()
-        while self.asynchronous and len(self.queue) > 1:
+        while len(self.queue) > self.depth - 1:
             self.deliver()
         return out
 
@@ -174,6 +183,14 @@ def image_blocks(sched, boundary, key_request):
         return None
     gids = book(sched).layout.group_ids
     return pool.get_cached_block(view[n - 1], list(gids))
+
+
+def hook_plan(loader):
+    """The pool plan of the KV-config hook's last call (its record), i.e. what it counted."""
+    loader.sync_calls()
+    last = loader.records["kv-config-hook"].detail["last_call"]
+    assert last["decision"] == "sized", last
+    return last["plan"]
 
 
 def held_image_blocks(sched, rid):
@@ -326,18 +343,23 @@ def test_preemption_drops_the_deferred_keep_and_the_request_resumes_from_its_las
     assert image_blocks(sched, 1024, req) is not None  # filed again after the resume, published this time
 
 
-def test_the_book_never_holds_a_block_beyond_vllms_own_table(patched, v4_checkpoint, toy):
+@pytest.mark.parametrize("asynchronous, stages", [(True, 1), (False, 1), (False, 2)], ids=["async", "sync", "sync-pp2"])
+def test_the_book_never_holds_a_block_beyond_vllms_own_table(patched, v4_checkpoint, toy, asynchronous, stages):
     """All but the last image are released: a pinned (undecided) image is always a block the request's own
     table still holds, so the book adds no block to what vLLM's align-mode manager holds.
 
-    Measured here (AsyncScheduler, prompt 1000 cut at 512 and 768): vLLM's own table holds 3 blocks per image
-    group for one step (the states at 512 and 768 and the running block at 1000: it frees on processed
-    tokens, and a chunk is in flight), 2 otherwise; see the report of issue 14."""
-    sched = build(v4_checkpoint, toy)
-    engine = Engine(sched)
+    And vLLM's own table peaks at what the KV-config hook counts per image group: under AsyncScheduler (prompt
+    1000 cut at 512 and 768) 3 for one step (the states at 512 and 768 and the running block at 1000: vLLM
+    frees on processed tokens, and the chunk to 768 is in flight), 2 otherwise; under the synchronous Scheduler
+    2; under the synchronous Scheduler with 2 pipeline stages (EngineCore's batch queue of 2) 3 again: a
+    request's next prefill chunk is scheduled while the previous one is in flight."""
+    sched = build(v4_checkpoint, toy, asynchronous=asynchronous, pipeline_stages=stages)
+    counted = hook_plan(patched)["working_per_group"]
+    in_flight = asynchronous or stages > 1
+    engine = Engine(sched, depth=sched.vllm_config.max_concurrent_batches)
     req = new_request(sched, "r0", range(1, 1001), max_tokens=600)
     mgrs = sched.kv_cache_manager.coordinator.single_type_managers
-    extra_peak, table_peak = 0, 0
+    extra_peak, table_peak, at_peak = 0, 0, []
     while not req.is_finished():
         engine.step()
         pinned = book(sched).pending.get("r0")
@@ -345,8 +367,14 @@ def test_the_book_never_holds_a_block_beyond_vllms_own_table(patched, v4_checkpo
             extra_peak = max(extra_peak, sum(1 for gid, b in pinned.blocks.items()
                                              if b not in mgrs[gid].req_to_blocks.get("r0", [])))
         if "r0" in sched.requests:
-            table_peak = max(table_peak, *held_image_blocks(sched, "r0"))
-    assert extra_peak == 0 and table_peak == 3
+            held = max(held_image_blocks(sched, "r0"))
+            if held > 2:
+                at_peak.append(req.num_computed_tokens)
+            table_peak = max(table_peak, held)
+    assert extra_peak == 0 and table_peak == counted == (3 if in_flight else 2)
+    # only while the chunk to 1000 is scheduled and the one to 768 in flight (one engine step async; two with
+    # the pipeline: the next step schedules nothing for the request until the chunk to 768 lands)
+    assert sorted(set(at_peak)) == ([1000] if in_flight else [])
     assert counts(patched)["filed"] == {"rung": 1, "anchor": 1, "keep": 2}  # 1024 and 1536
 
 
@@ -366,6 +394,87 @@ def test_interval_zero_publishes_nothing_and_still_holds_working_blocks(patched,
         assert image_blocks(sched, boundary, req) is None
     c = counts(patched)
     assert c["published"] == 0 and "filed" not in c
+
+
+# ---------------------------------------------------------------------------
+# The minimum pool +-1 with images on and async scheduling (vLLM's real AsyncScheduler)
+# ---------------------------------------------------------------------------
+
+L_MAX = 20_992  # 82 blocks of 256
+
+
+def serve(engine, requests, limit=3000):
+    """Step until every request finished; the peak image blocks any request held per group, the fewest free
+    blocks seen. Raises if a step schedules nothing while nothing is in flight (stuck) or the limit is hit."""
+    sched, pool = engine.sched, engine.sched.kv_cache_manager.block_pool
+    peak, min_free = 0, pool.get_num_free_blocks()
+    for _ in range(limit):
+        if all(r.is_finished() for r in requests):
+            return peak, min_free
+        out = engine.step()
+        if not out.num_scheduled_tokens and not engine.queue:
+            raise AssertionError(f"stuck: nothing scheduled, nothing in flight; "
+                                 f"{[(r.request_id, r.status.name, r.num_computed_tokens) for r in requests]}")
+        min_free = min(min_free, pool.get_num_free_blocks())
+        peak = max([peak] + [max(held_image_blocks(sched, r.request_id)) for r in requests
+                             if r.request_id in sched.requests])
+    raise AssertionError("not finished within the step limit")
+
+
+def minimum_physical(v4_checkpoint, toy, max_model_len):
+    """The physical block count the KV-config hook asks for (images on, async scheduling on)."""
+    from vllm_patchkit.patches import kv_config_hook as hook
+
+    vc = make_config(v4_checkpoint, max_model_len, async_scheduling=True)
+    plan = hook.plan_pool(toy, vc, [toy_specs(toy)], [10**4 * 4096], placement=toy.placement())
+    assert (plan.working_per_group, plan.image_groups, plan.withheld) == (3, 3, 11)
+    return plan.minimum_physical(max_model_len)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_exact_minimum_pool_serves_max_length_requests_under_async_scheduling(patched, v4_checkpoint, toy, n):
+    """The pool is exactly the hook's minimum (82 history + 3 x 3 image + null + 11 withheld = 103 physical
+    blocks): one max-length request runs without a preemption and uses the pool to the last block; n of them at
+    once (distinct prompts, no shared prefix) all finish too, preempting each other but never stuck."""
+    physical = minimum_physical(v4_checkpoint, toy, L_MAX)
+    assert physical == 82 + 9 + 1 + 11
+    sched = build(v4_checkpoint, toy, blocks=physical, max_model_len=L_MAX)
+    assert hook_plan(patched)["usable"] == sched.kv_cache_manager.block_pool.num_gpu_blocks == physical - 11
+    engine = Engine(sched)
+    reqs = [new_request(sched, f"r{i}", range(1 + i * L_MAX, 1 + i * L_MAX + L_MAX - 64), max_tokens=64)
+            for i in range(n)]
+    peak, min_free = serve(engine, reqs)
+    assert all(r.num_tokens == L_MAX and r.status.name == "FINISHED_LENGTH_CAPPED" for r in reqs)
+    assert peak == 3
+    if n == 1:
+        assert reqs[0].num_preemptions == 0 and min_free == 0  # exactly the peak: no block to spare
+    pool = sched.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == pool.num_gpu_blocks - 1 and not book(sched).pending
+    assert counts(patched)["published"] >= n  # images were on: rungs every 512 tokens published
+
+
+def test_one_block_below_the_minimum_is_refused_and_vllm_would_preempt(patched, v4_checkpoint, toy):
+    """One block less than the hook's minimum: start-up is refused with the numbers. Below the check (the
+    block taken off after it), vLLM's AsyncScheduler cannot run the lone max-length request straight: at the
+    step with a block-aligned chunk in flight it finds no block and preempts the request itself."""
+    from vllm_patchkit.patches import kv_config_hook as hook
+
+    physical = minimum_physical(v4_checkpoint, toy, L_MAX)
+    with pytest.raises(hook.PoolTooSmall) as info:
+        build(v4_checkpoint, toy, blocks=physical - 1, max_model_len=L_MAX)
+    msg = str(info.value)
+    for part in (f"{physical - 1} blocks of 4096 B", "11 withheld for 4 state slots",
+                 "9 image working blocks (3 x 3 image groups; 3 = 2 + 1 step in flight", "= 81 blocks",
+                 "ceil(20992/256) = 82", "1 block(s) short", f"--num-gpu-blocks-override to at least {physical}"):
+        assert part in msg, (part, msg)
+
+    # 1 block short, and 3 short: the pool the hook's old count (2 per image group: 100 physical) accepted
+    for short in (1, 3):
+        sched = build(v4_checkpoint, toy, blocks=physical, max_model_len=L_MAX, bypass=short)
+        engine = Engine(sched)
+        req = new_request(sched, "r0", range(1, L_MAX - 64 + 1), max_tokens=64)
+        serve(engine, [req])
+        assert req.num_tokens == L_MAX and req.num_preemptions >= 1, short
 
 
 # ---------------------------------------------------------------------------

@@ -62,8 +62,11 @@ def checkpoint(tmp_path_factory):
 
 
 def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cache_dtype="auto", arch=None,
-                block_size=BS):
-    """A real VllmConfig from vLLM's EngineArgs (block 256, prefix caching, Mamba align for the images)."""
+                block_size=BS, async_scheduling=None):
+    """A real VllmConfig from vLLM's EngineArgs (block 256, prefix caching, Mamba align for the images).
+
+    ``async_scheduling``: None keeps what vLLM resolved (off on the CPU), True/False sets it as
+    ``--async-scheduling`` / ``--no-async-scheduling`` would (EngineCore then runs ``AsyncScheduler``)."""
     from vllm.engine.arg_utils import EngineArgs
 
     vc = EngineArgs(model=str(model_dir), max_model_len=max_model_len, block_size=block_size, dtype="float32",
@@ -72,6 +75,8 @@ def make_config(model_dir, max_model_len, *, override=None, max_num_seqs=4, cach
                     hf_overrides={"max_position_embeddings": 65536}).create_engine_config()
     vc.cache_config.mamba_cache_mode = "align"  # what vLLM uses for Mamba groups with prefix caching
     vc.cache_config.kv_cache_layout = "BLHNC"  # EngineCore resolves it before sizing; the CPU accepts it
+    if async_scheduling is not None:
+        vc.scheduler_config.async_scheduling = async_scheduling
     return vc
 
 
@@ -248,6 +253,52 @@ def test_one_block_short_is_refused_with_the_numbers_and_the_override_remedy(che
                  "lower --max-model-len to at most 20736"):
         assert part in msg, (part, msg)
     assert "gpu-memory-utilization" not in msg  # the count is pinned: more memory would not help
+
+
+def test_in_flight_steps_follow_vllms_batch_queue(checkpoint):
+    """EngineCore queues vllm_config.max_concurrent_batches steps and schedules while fewer are queued: one step
+    in flight under async scheduling, pp - 1 with pipeline parallelism, none otherwise."""
+    vc = make_config(checkpoint, 512, async_scheduling=False)
+    assert (vc.max_concurrent_batches, hook.in_flight_steps(vc)) == (1, 0)
+    vc.scheduler_config.async_scheduling = True
+    assert (vc.max_concurrent_batches, hook.in_flight_steps(vc)) == (2, 1)
+    vc.scheduler_config.async_scheduling = False
+    vc.parallel_config.pipeline_parallel_size = 2
+    assert (vc.max_concurrent_batches, hook.in_flight_steps(vc)) == (2, 1)
+    # a config object without vLLM's property: the async flag alone
+    assert hook.in_flight_steps(NS(scheduler_config=NS(async_scheduling=True))) == 1
+    assert hook.in_flight_steps(NS(scheduler_config=NS(async_scheduling=None))) == 0
+
+
+def test_async_scheduling_counts_a_third_working_block_per_image_group(checkpoint, toy):
+    """Regression (issue 14): under async scheduling vLLM's align-mode MambaManager holds 3 blocks per image
+    group for a step (it frees on processed tokens and a block-aligned prefill chunk is in flight; measured on
+    the real AsyncScheduler in tests/patches/test_image_publish.py). The hook counted 2, so the auto-fit left
+    a length whose request vLLM then had to preempt. Now: 100 - 11 - 1 - 3x3 = 79 blocks = 20,224 tokens."""
+    vc = make_config(checkpoint, -1, async_scheduling=True)
+    (cfg,) = run_hook(vc, toy_specs(toy))
+    assert vc.model_config.max_model_len == 20_224 and cfg.num_blocks == PHYSICAL - 11
+    plan = hook.plan_pool(toy, make_config(checkpoint, -1, async_scheduling=True), [toy_specs(toy)],
+                          [PHYSICAL * PAGE])
+    assert (plan.in_flight_steps, plan.working_per_group, plan.working_blocks, plan.left_for_history) == (1, 3, 9, 79)
+    assert plan.minimum_physical(20_992) == 82 + 9 + 1 + 11
+
+
+def test_async_one_block_short_is_refused_with_the_numbers(checkpoint, toy):
+    """Regression (issue 14): 102 physical blocks for 20,992 tokens under async scheduling used to be accepted
+    (82 + 2x3 + 1 + 11 = 100 <= 102); the request's peak needs 82 + 3x3 + 1 + 11 = 103."""
+    vc = make_config(checkpoint, 20_992, override=102, async_scheduling=True)
+    with pytest.raises(hook.PoolTooSmall) as info:
+        run_hook(vc, toy_specs(toy), blocks=102)
+    msg = str(info.value)
+    for part in ("102 blocks of 4096 B", "11 withheld for 4 state slots of 11000 B", "1 vLLM null block",
+                 "9 image working blocks (3 x 3 image groups; 3 = 2 + 1 step in flight",
+                 "= 81 blocks for the paged history", "ceil(20992/256) = 82", "1 block(s) short",
+                 "--num-gpu-blocks-override to at least 103", "lower --max-model-len to at most 20736"):
+        assert part in msg, (part, msg)
+    vc = make_config(checkpoint, 20_992, override=103, async_scheduling=True)
+    (cfg,) = run_hook(vc, toy_specs(toy), blocks=103)
+    assert cfg.num_blocks == 103 - 11 and vc.model_config.max_model_len == 20_992
 
 
 def test_one_block_short_without_override_names_memory(checkpoint, toy):
