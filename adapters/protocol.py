@@ -29,9 +29,10 @@ Traps, next to the API that has them:
 * the slot area is withheld as a *tail* of the allocation: vLLM's pool gets
   ``physical - withheld`` blocks, the tensors still cover all ``physical``
   blocks, and slot ``i`` starts at byte ``(physical - withheld) * page + i * slot``;
-* an image group holds up to two working blocks per request (the running image
-  and the previous one) whether or not images are published: an interval of 0
-  publishes nothing but the groups still allocate.
+* an image group holds two working blocks per request (the running image and the
+  previous one), plus one per step still in flight (async scheduling, pipeline
+  stages: ``Placement.peak_blocks_per_group``), whether or not images are
+  published: an interval of 0 publishes nothing but the groups still allocate.
 """
 
 from __future__ import annotations

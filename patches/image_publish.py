@@ -2,8 +2,8 @@
 
 A model with a per-request state slot (DeepSeek-V4 in the plugin) files checkpoint *images* of the slot into
 ``k`` single-layer image groups (the adapter's ``image_layer_names(k)``; vLLM manages each as a Mamba
-``align`` group, so its ``MambaManager`` keeps a request's running block and the previous one: the 2 working
-blocks the KV-config hook counts). This module decides which of those blocks are images and publishes them
+``align`` group, so its ``MambaManager`` keeps a request's running block and the previous one, and one more
+per step in flight under async scheduling: the working blocks the KV-config hook counts). This module decides which of those blocks are images and publishes them
 under the prefix hash with vLLM's own ``BlockPool.cache_full_blocks``; vLLM's own caching of the image groups
 is switched off (``image_publish_suppress``), since only the blocks the plugin's copier filled hold an image.
 
