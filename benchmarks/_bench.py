@@ -52,3 +52,54 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], out=sys.stdo
     print("  ".join("-" * w for w in widths), file=out)
     for r in cells[1:]:
         print(line(r), file=out)
+
+
+def noop_like(fn, result=None):
+    """A function with `fn`'s name and exact parameter list (defaults included) that does nothing but
+    return `result`: "the bare original of the same kind", to time a wrapper against."""
+    import inspect
+
+    sig = inspect.signature(fn)
+    ns: dict = {"_result": result}
+    parts: list[str] = []
+    star = False
+    positional_only = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    for i, p in enumerate(sig.parameters.values()):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            parts.append("*" + p.name)
+            star = True
+            continue
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            parts.append("**" + p.name)
+            continue
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = p.name
+        if p.default is not inspect.Parameter.empty:
+            ns[f"_default{i}"] = p.default
+            text += f"=_default{i}"
+        parts.append(text)
+        if positional_only and p is positional_only[-1]:
+            parts.append("/")
+    exec(f"def {fn.__name__}({', '.join(parts)}):\n    return _result\n", ns)  # noqa: S102 - our own text
+    out = ns[fn.__name__]
+    out.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
+    return out
+
+
+def interleaved(timers: dict, rounds: int, number: int, seed: int = 0) -> dict:
+    """ns per call of every timer (timeit.Timer), `rounds` samples each of `number` calls, the order
+    shuffled in every round (slow drift of the machine then hits all alike); returns key -> samples."""
+    import random
+
+    for t in timers.values():  # warm up: specialise the bytecode before measuring
+        t.timeit(min(number, 2000))
+    samples: dict = {k: [] for k in timers}
+    keys = list(timers)
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        rng.shuffle(keys)
+        for k in keys:
+            samples[k].append(timers[k].timeit(number) / number * 1e9)
+    return samples
