@@ -5,6 +5,10 @@ architecture name and that vLLM's registry resolves it to an out-of-tree class.
 This plugin makes both true for a tiny Llama checkpoint, so those patches can be
 tested end to end on a CPU. It acts only with ``PATCHKIT_STANDIN=1``, so having
 it installed changes nothing for other tests.
+
+``patchkit_standin.state_executor.StateExecutor`` (used only when a serve names it with
+``--distributed-executor-backend``) stands in for the plugin's worker side: KV specs with the plugin's shape,
+state slots, image stores and restores (docs/adapters/stateful-standin.md).
 """
 
 import logging
