@@ -15,16 +15,20 @@ In short (``w_p``: the planes' row widths, fp8: ``[D, 2R]``, bf16: ``[2D]``):
   planes) and every layer's sliding-window ring;
 * **image** = per plane, the carried state (CSA compressors) + the ring rows
   any position reaches (``layers * ring`` rows, interleave padding left out);
-* **k** = ``ceil(image / PAGE unit)`` (ATOM's ``units_per_checkpoint``).
+* **k** = ``ceil(image / PAGE unit)`` (ATOM's ``units_per_checkpoint``);
+* **withheld** at ``physical`` blocks = ATOM's carve (``V4ImageSizing.usable_blocks``):
+  ``ceil((slots * slot + 256) / page)`` and then one more at a time until the planes
+  (block region rounded up to whole slots of rows) and the indexer pool fit
+  (``deepseek_v4_rows.PlaneCarve``; ``V4CheckpointSpec.withheld_blocks``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .deepseek_v4_rows import CSA_RATIO, HCA_RATIO, RowSpace
+from .deepseek_v4_rows import CSA_RATIO, HCA_RATIO, PlaneCarve, RowSpace
 from .deepseek_v4_state import carried_runs, extents, split_over_planes, v4_state_fields
 from .protocol import CheckpointSpec, ModelAdapter, Placement, Segment, round_up
 
@@ -49,14 +53,29 @@ def _field(hf: Any, name: str) -> Any:
 
 @dataclass(frozen=True)
 class V4CheckpointSpec(CheckpointSpec):
-    """The protocol's spec plus ATOM's PAGE unit: an image is cut into units of
-    ``page_unit_bytes`` (one block's carve, before the 256-B rounding), so k counts those."""
+    """The protocol's spec plus ATOM's PAGE unit and carve.
+
+    An image is cut into units of ``page_unit_bytes`` (one block's carve, before the 256-B
+    rounding), so k counts those. ``carve`` is how ATOM cuts an allocation into its planes
+    and indexer pool; with it, the blocks withheld at a physical block count are ATOM's
+    (``withheld_blocks``), not the protocol's contiguous ``ceil(slots * slot / page)``.
+    """
 
     page_unit_bytes: int = 0
+    carve: Optional[PlaneCarve] = None
 
     @property
     def units_per_checkpoint(self) -> int:
         return math.ceil(self.image_bytes / (self.page_unit_bytes or self.page_bytes))
+
+    def withheld_blocks(self, num_slots: int, physical_blocks: Optional[int] = None) -> int:
+        """ATOM's count (``V4ImageSizing.usable_blocks`` over ``carve_bytes``; see
+        ``deepseek_v4_rows.PlaneCarve``): ``ceil((slots * slot + 256) / page)``, then one more
+        block at a time while the carve of the remaining blocks does not fit in
+        ``physical * page``. Without a block count (or a carve): the protocol's lower bound."""
+        if physical_blocks is None or self.carve is None:
+            return super().withheld_blocks(num_slots, physical_blocks)
+        return self.carve.withheld_blocks(physical_blocks, num_slots, self.page_bytes, self.slot_bytes)
 
 
 @dataclass(frozen=True)
@@ -151,8 +170,10 @@ def v4_checkpoint_spec(inputs: V4Inputs) -> V4CheckpointSpec:
                  f":dims={inputs.head_dim},{inputs.rope_head_dim},{inputs.index_head_dim}"
                  f":main={'fp8-2buff' if inputs.kv_fp8 else 'bf16'}"
                  f":ratios={','.join(map(str, inputs.ratios))}:nocopy={nocopy}:entry=packed")
+    carve = PlaneCarve(plane_widths=tuple(widths), envelope_rows=rows.envelope_rows, slot_rows=rows.slot_rows,
+                       indexer_block_bytes=inputs.indexer_block_bytes)
     return V4CheckpointSpec(page_bytes=round_up(page_unit, PAGE_ALIGN), slot_bytes=base, image_bytes=image,
-                            layout_id=layout_id, segments=tuple(segments), page_unit_bytes=page_unit)
+                            layout_id=layout_id, segments=tuple(segments), page_unit_bytes=page_unit, carve=carve)
 
 
 class DeepseekV4Adapter(ModelAdapter):

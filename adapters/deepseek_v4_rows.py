@@ -16,6 +16,10 @@ row counts are shared by all planes and only the bytes differ. Two regions:
 
 Ratios are the checkpoint's ``compress_ratios`` as listed, MTP placeholder
 included: ATOM's slot carries the draft layer's ring too.
+
+``PlaneCarve`` is how those rows become bytes of one allocation (every plane,
+then the CSA indexer pool) and so how many blocks the pool gets: the blocks
+withheld for the slots.
 """
 
 from __future__ import annotations
@@ -128,3 +132,64 @@ class RowSpace:
         """Slot rows of every ring position (after the state), merged: what an image carries."""
         runs = [run for c in self.ring_classes() for run in c.reached_runs()]
         return [(self.arena_rows + s, n) for s, n in merge_runs(runs)]
+
+
+#: Regions of the carve start on, and its total ends on, this many bytes (entry_arena ``_ALIGN``);
+#: also ATOM's ``_V4_PROXY_ALIGNMENT``, the slack a packed allocation may start off it by.
+REGION_ALIGN = 256
+
+
+@dataclass(frozen=True)
+class PlaneCarve:
+    """How the plugin (ATOM) cuts one KV allocation into its planes and its indexer pool.
+
+    Facts from ROCm/ATOM, in our own words (``atom/plugin/vllm/deepseek_v4_image.py``:
+    ``V4ImageSizing.carve_bytes`` and ``V4ImageSizing.usable_blocks``; the plane's rows are
+    ``UnifiedPoolGeometry.plane_rows`` in ``pool_layout/v4_pool_geometry.py``, the packing
+    ``plan_regions`` in ``pool_layout/entry_arena.py``):
+
+    * every **plane** holds the blocks' envelopes at the bottom and the slots at the top,
+      in one row numbering: ``plane_rows = (slots + ceil(blocks * envelope_rows / slot_rows))
+      * slot_rows`` -- the block region is rounded up to whole slots of rows;
+    * the **regions** -- each plane (``plane_rows * width``), then the CSA indexer pool
+      (``blocks * indexer_block_bytes``) -- are packed back to back, each start and the total
+      rounded up to 256 B; the carve takes that total + 255 B (the allocation may start off
+      the 256-B boundary);
+    * the pool gets ``usable`` blocks: first ``physical - ceil((slots * slot + 256) / page)``,
+      then one less at a time while the carve of ``usable`` blocks exceeds ``physical * page``
+      (never below 0). ``withheld = physical - usable``.
+
+    Usable blocks never decrease as the physical count grows (the carve grows with the block
+    count; the budget with the physical count), which the KV-config hook's search relies on.
+    """
+
+    plane_widths: tuple[int, ...]
+    envelope_rows: int
+    slot_rows: int
+    indexer_block_bytes: int
+
+    def plane_rows(self, num_blocks: int, num_slots: int) -> int:
+        block_rows = num_blocks * self.envelope_rows
+        return (num_slots + -(-block_rows // self.slot_rows)) * self.slot_rows
+
+    def regions(self, num_blocks: int, num_slots: int) -> list[int]:
+        """Bytes of each region, in carve order: every plane, then the indexer pool."""
+        rows = self.plane_rows(num_blocks, num_slots)
+        return [rows * w for w in self.plane_widths] + [num_blocks * self.indexer_block_bytes]
+
+    def carve_bytes(self, num_blocks: int, num_slots: int) -> int:
+        """Bytes the carve of ``num_blocks`` pool blocks and ``num_slots`` slots takes."""
+        end = 0
+        for nbytes in self.regions(num_blocks, num_slots):
+            end = _round_up(end, REGION_ALIGN) + nbytes
+        return _round_up(end, REGION_ALIGN) + REGION_ALIGN - 1
+
+    def usable_blocks(self, physical_blocks: int, num_slots: int, page_bytes: int, slot_bytes: int) -> int:
+        budget = int(physical_blocks) * page_bytes
+        usable = int(physical_blocks) - -(-(num_slots * slot_bytes + REGION_ALIGN) // page_bytes)
+        while usable > 0 and self.carve_bytes(usable, num_slots) > budget:
+            usable -= 1
+        return max(usable, 0)
+
+    def withheld_blocks(self, physical_blocks: int, num_slots: int, page_bytes: int, slot_bytes: int) -> int:
+        return int(physical_blocks) - self.usable_blocks(physical_blocks, num_slots, page_bytes, slot_bytes)

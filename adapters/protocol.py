@@ -29,6 +29,10 @@ Traps, next to the API that has them:
 * the slot area is withheld as a *tail* of the allocation: vLLM's pool gets
   ``physical - withheld`` blocks, the tensors still cover all ``physical``
   blocks, and slot ``i`` starts at byte ``(physical - withheld) * page + i * slot``;
+  ``withheld`` is the spec's count for that ``physical``
+  (``CheckpointSpec.withheld_blocks(slots, physical)``, ``Sizing.withheld_for``):
+  the contiguous ``ceil(slots * slot / page)`` unless the model's layout carves more
+  (DeepSeek-V4: ATOM's planes), so size with the physical count, not the lower bound;
 * an image group holds two working blocks per request (the running image and the
   previous one), plus one per step still in flight (async scheduling, pipeline
   stages: ``Placement.peak_blocks_per_group``), whether or not images are
@@ -97,6 +101,18 @@ class CheckpointSpec:
     def units_per_checkpoint(self) -> int:
         """k: vLLM blocks (one per image group) that hold one image."""
         return math.ceil(self.image_bytes / self.page_bytes)
+
+    def withheld_blocks(self, num_slots: int, physical_blocks: Optional[int] = None) -> int:
+        """Blocks withheld at the tail of an allocation of ``physical_blocks`` for ``num_slots`` slots.
+
+        The protocol's rule, for one contiguous slot area: ``ceil(num_slots * slot / page)``,
+        whatever the physical count (and the count when none is given). A spec whose layout
+        carves the allocation otherwise overrides it; its count must be at least this one
+        while the pool is not empty (this is the lower bound), and ``physical - withheld``
+        must never decrease as ``physical`` grows (the KV-config hook searches the minimum
+        pool on it).
+        """
+        return math.ceil(num_slots * self.slot_bytes / self.page_bytes)
 
     def image_segments(self) -> tuple[Segment, ...]:
         if self.segments:
@@ -213,12 +229,46 @@ class Sizing:
 
     @property
     def withheld_blocks(self) -> int:
-        """Blocks at the tail of the allocation that back the slots (never in vLLM's pool)."""
+        """The protocol's contiguous count, ``ceil(slots * slot / page)``: the fewest blocks the slot area
+        takes. It is the count for a contiguous spec at any physical block count; a spec that carves more
+        (``CheckpointSpec.withheld_blocks`` overridden) withholds ``withheld_for(physical)``, never fewer
+        while its pool is not empty, so this stays a lower bound."""
         return math.ceil(self.slot_area_bytes / self.spec.page_bytes)
+
+    def withheld_for(self, physical_blocks: int) -> int:
+        """Blocks at the tail of an allocation of ``physical_blocks`` that back the slots (never in vLLM's
+        pool): the spec's count (``CheckpointSpec.withheld_blocks``)."""
+        return self.spec.withheld_blocks(self.num_slots, int(physical_blocks))
 
     def usable_blocks(self, physical_blocks: int) -> int:
         """Blocks vLLM's pool gets (its null block included)."""
-        return physical_blocks - self.withheld_blocks
+        return physical_blocks - self.withheld_for(physical_blocks)
+
+    def physical_for(self, usable_blocks: int) -> int:
+        """The fewest physical blocks whose pool gets at least ``usable_blocks`` blocks.
+
+        Contiguous: ``usable_blocks + withheld_blocks``. A carve that withholds more is searched (it need
+        not be invertible): up from that lower bound by doubling steps, then bisected, since the usable
+        count never decreases as the physical count grows (``CheckpointSpec.withheld_blocks``).
+        """
+        lo = max(0, int(usable_blocks)) + self.withheld_blocks
+        if self.usable_blocks(lo) >= usable_blocks:
+            return lo
+        step = max(1, self.withheld_blocks)
+        hi = lo + step
+        while self.usable_blocks(hi) < usable_blocks:
+            if step > 1 << 40:
+                raise ValueError(f"no physical block count gives {usable_blocks} usable blocks: the spec's "
+                                 "withheld_blocks grows with the physical count")
+            lo, step = hi, step * 2
+            hi = lo + step
+        while hi - lo > 1:  # usable(lo) < usable_blocks <= usable(hi)
+            mid = (lo + hi) // 2
+            if self.usable_blocks(mid) >= usable_blocks:
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     def slot_offset(self, physical_blocks: int, slot: int) -> int:
         """Byte offset of slot ``slot`` in an allocation of ``physical_blocks`` blocks."""

@@ -10,7 +10,10 @@ Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy): version 
    block, so vLLM's block count is the model's real one.
 3. **Check the minimum pool** before vLLM does: one max-length request's peak is
    ``ceil(max_model_len / block_size)`` proxy blocks + its peak working blocks per
-   image group + vLLM's null block, out of ``physical - withheld`` blocks. The peak
+   image group + vLLM's null block, out of ``physical - withheld`` blocks, where
+   ``withheld`` is the adapter's count at this physical block count
+   (``Sizing.withheld_for``: the contiguous ``ceil(slots * slot / page)``, or more for a
+   layout that carves its planes, e.g. DeepSeek-V4). The peak
    per group is 2 (the running block and the previous one) plus one per step of the
    request that may still be in flight when its next step is scheduled
    (``in_flight_steps``: vLLM's ``max_concurrent_batches - 1``; 1 under async
@@ -18,14 +21,16 @@ Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy): version 
    an in-flight block-aligned prefill chunk keeps its state block (3 per group under
    ``AsyncScheduler``). One block short stops start-up with the numbers and a
    remedy that works for how the block count was set (``--num-gpu-blocks-override``
-   pins it; otherwise memory).
+   pins it; otherwise memory); the physical count it names is searched with the
+   adapter's count (``Sizing.physical_for``), not solved from a formula.
 4. Call vLLM's own function (its own grouping, auto-fit and checks).
 5. With ``--max-model-len -1``, **re-run vLLM's own auto-fit**
    (``_auto_fit_max_model_len``) over the non-image groups against the blocks left
    (``physical - withheld - null - the peak per image group``); vLLM writes the shorter
    length into ``model_config.max_model_len`` as usual, and EngineCore sends it
    to the workers and the API server as it does after its own auto-fit.
-6. **Withhold** the slot area as a tail: ``num_blocks = physical - withheld``;
+6. **Withhold** the slot area as a tail: ``num_blocks = physical - withheld`` (the
+   adapter's count at this physical block count);
    the tensors keep their size, so the slots keep their backing bytes.
 
 Every decision (numbers included) is logged once and noted in this patch's
@@ -81,7 +86,11 @@ class PoolPlan:
     in_flight_steps: int = 0
     max_model_len: int = 0
     max_model_len_vllm_alone: Optional[int] = None
+    #: The protocol's contiguous count (``Sizing.withheld_blocks``), the lower bound of ``withheld``.
+    withheld_contiguous: Optional[int] = None
     notes: list[str] = field(default_factory=list)
+    #: The sizing ``withheld`` came from: the count at any other physical block count (searches).
+    sizing: Optional[Sizing] = field(default=None, repr=False, compare=False)
 
     @property
     def working_blocks(self) -> int:
@@ -101,10 +110,35 @@ class PoolPlan:
         return math.ceil(max_model_len / self.block_size)
 
     def minimum_physical(self, max_model_len: int) -> int:
-        return self.history_blocks(max_model_len) + self.working_blocks + NULL_BLOCKS + self.withheld
+        """The fewest physical blocks that hold one request of ``max_model_len`` tokens at its peak.
+
+        With the sizing, searched on the adapter's count at each physical block count (a carve need not be
+        linear, or invertible); contiguous, that is ``history + working + null + withheld``."""
+        need = self.history_blocks(max_model_len) + self.working_blocks + NULL_BLOCKS
+        if self.sizing is None:
+            return need + self.withheld
+        return self.sizing.physical_for(need)
+
+    def fit_slots(self, history_blocks: int) -> int:
+        """The most slots, fewer than ``num_slots``, with which one request of ``history_blocks`` blocks fits
+        in these ``physical`` blocks (0: none). Searched on the adapter's count; contiguous, that is
+        ``(physical - null - working - history) * page // slot``."""
+        spare = self.physical - NULL_BLOCKS - self.working_blocks - history_blocks
+        if self.sizing is None:
+            return max(0, min(self.num_slots - 1, (spare * self.page_bytes) // self.slot_bytes if spare > 0 else 0))
+
+        def fits(slots: int) -> bool:
+            return replace(self.sizing, num_slots=slots).withheld_for(self.physical) <= spare
+
+        lo, hi = 0, self.num_slots  # fits(lo) (no slot), not fits(hi) (the refused count)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, sizing=None))
+        del d["sizing"]
         d.update(usable=self.usable, left_for_history=self.left_for_history, working_blocks=self.working_blocks)
         return d
 
@@ -151,10 +185,14 @@ def _refusal(plan: PoolPlan, max_model_len: Optional[int]) -> PoolTooSmall:
         asked = f"max_model_len={max_model_len} needs ceil({max_model_len}/{bs}) = {need}"
         target = plan.minimum_physical(max_model_len)
     have = plan.left_for_history
+    carved = ""
+    if plan.withheld_contiguous is not None and plan.withheld != plan.withheld_contiguous:
+        carved = (f" (the slots' bytes alone take {plan.withheld_contiguous} blocks; the adapter's carve of "
+                  f"{plan.physical} blocks withholds the rest)")
     head = (
         f"{plan.adapter} KV pool too small for one max-length request: {plan.physical} blocks of "
         f"{plan.page_bytes} B (block size {bs}) - {plan.withheld} withheld for {plan.num_slots} state slots "
-        f"of {plan.slot_bytes} B - {NULL_BLOCKS} vLLM null block - {plan.working_blocks} image working blocks "
+        f"of {plan.slot_bytes} B{carved} - {NULL_BLOCKS} vLLM null block - {plan.working_blocks} image working blocks "
         f"({_why_per_group(plan)}) = {have} blocks for the paged history, "
         f"but {asked}; {target - plan.physical} block(s) short."
     )
@@ -168,8 +206,7 @@ def _refusal(plan: PoolPlan, max_model_len: Optional[int]) -> PoolTooSmall:
         remedies.append(f"give the KV cache at least {target} blocks ({target * plan.page_bytes} B, now "
                         f"{plan.physical * plan.page_bytes} B): raise --gpu-memory-utilization "
                         "(VLLM_CPU_KVCACHE_SPACE on CPU) or --kv-cache-memory-bytes")
-    spare = plan.physical - NULL_BLOCKS - plan.working_blocks - max(need, 1)
-    fit_slots = (spare * plan.page_bytes) // plan.slot_bytes if spare > 0 else 0
+    fit_slots = plan.fit_slots(max(need, 1))
     if 1 <= fit_slots < plan.num_slots:
         remedies.append(f"lower --max-num-seqs to at most {fit_slots} (each running request withholds a "
                         f"{plan.slot_bytes} B state slot)")
@@ -257,12 +294,13 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
             f"of {sizing.page_bytes} B): the model and the adapter disagree about the image")
     _check_block_size(adapter, kv_cache_specs, images)
     mc = vllm_config.model_config
+    physical = _physical_blocks(vllm_config, kv_cache_specs, available_memory, sizing.page_bytes)
     plan = PoolPlan(
         adapter=adapter.name,
         block_size=adapter.block_size,
         page_bytes=sizing.page_bytes,
-        physical=_physical_blocks(vllm_config, kv_cache_specs, available_memory, sizing.page_bytes),
-        withheld=sizing.withheld_blocks,
+        physical=physical,
+        withheld=sizing.withheld_for(physical),
         num_slots=sizing.num_slots,
         slot_bytes=sizing.spec.slot_bytes,
         k=sizing.k,
@@ -274,6 +312,8 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
         auto_fit=mc.original_max_model_len == -1,
         in_flight_steps=in_flight,
         max_model_len=int(mc.max_model_len),
+        withheld_contiguous=sizing.withheld_blocks,
+        sizing=sizing,
     )
     if images and not placement.publishes:
         plan.notes.append("interval 0: no image is published; the image groups' working blocks still count")

@@ -217,7 +217,8 @@ def test_fp8_on_a_device_without_atoms_fp8_kernels_is_bf16():
 def test_reference_copier_moves_exactly_the_image():
     spec = spec_of(TINY)
     sizing = Sizing(spec, block_size=128, num_slots=2)
-    physical = sizing.withheld_blocks + 8                          # 24 withheld: 2 x 104,448 B over 8,704 B pages
+    physical = 40                                                  # 25 withheld (ATOM's carve), 15 in the pool
+    assert (sizing.withheld_blocks, sizing.withheld_for(physical)) == (24, 25)  # 24: 2 x 104,448 B / 8,704 B
     buf = torch.zeros(physical * spec.page_bytes, dtype=torch.uint8)
     copier = ByteImageCopier(buf, sizing, physical)
     base = sizing.slot_offset(physical, 1)
@@ -230,3 +231,87 @@ def test_reference_copier_moves_exactly_the_image():
     for s in spec.segments:
         got, want = after[s.offset:s.offset + s.nbytes], before[s.offset:s.offset + s.nbytes]
         assert torch.equal(got, want) if s.in_image else not got.any(), s.name
+
+
+# -- the blocks withheld: ATOM's carve (V4ImageSizing.usable_blocks) -------------
+
+def _flash_sizing(slots=256):
+    return Sizing(spec_of(FLASH), block_size=128, num_slots=slots)
+
+
+def test_flash_withholds_atoms_carve_not_the_contiguous_count():
+    sizing = _flash_sizing()
+    page, slot = 531_712, 16_711_680
+    # the protocol's contiguous count, kept as the lower bound, and ATOM's first guess (+256 B of slack)
+    assert sizing.withheld_blocks == math.ceil(256 * slot / page) == 8_047
+    assert math.ceil((256 * slot + 256) / page) == 8_047
+    # ATOM then withholds one more block at a time until its planes and indexer pool fit
+    assert sizing.withheld_for(20_000) == 8_068 and sizing.usable_blocks(20_000) == 11_932
+    assert sizing.withheld_for(12_000) == 8_076 and sizing.usable_blocks(12_000) == 3_924
+    assert DeepseekV4Adapter().sizing(_cfg("fp8")).withheld_for(20_000) == 8_068
+    # no block count: the protocol's count
+    assert sizing.spec.withheld_blocks(256) == 8_047
+
+
+@pytest.mark.parametrize("physical", [12_000, 20_000])
+def test_flash_carve_fits_and_one_block_more_would_not(physical):
+    sizing = _flash_sizing()
+    carve, usable = sizing.spec.carve, sizing.usable_blocks(physical)
+    assert carve.carve_bytes(usable, 256) <= physical * 531_712 < carve.carve_bytes(usable + 1, 256)
+
+
+def test_flash_carve_by_its_terms_at_20000():
+    # 11,932 blocks: 11,932 x 692 = 8,256,944 envelope rows -> 317 slots of 26,112 rows (8,277,504 rows);
+    # with the 256 slots each plane holds 573 x 26,112 = 14,962,176 rows (NoPE x 512 B, RoPE x 128 B);
+    # the indexer pool 11,932 x 88,704 B; all 256-aligned already; + 255 B.
+    carve = _flash_sizing().spec.carve
+    assert carve.plane_rows(11_932, 256) == (256 + math.ceil(11_932 * 692 / 26_112)) * 26_112 == 573 * 26_112
+    total = 573 * 26_112 * (512 + 128) + 11_932 * 88_704 + 255
+    assert carve.carve_bytes(11_932, 256) == total <= 20_000 * 531_712 < carve.carve_bytes(11_933, 256)
+
+
+def test_tiny_carve_by_hand():
+    # TINY fp8, 2 slots (docs/adapters/deepseek-v4.md, "Blocks withheld"): page 8,704 B, slot 104,448 B =
+    # 1,088 rows x (64 + 32) B, envelope 65 rows, indexer 2,304 B per block.
+    sizing = Sizing(spec_of(TINY), block_size=128, num_slots=2)
+    carve = sizing.spec.carve
+    assert (carve.plane_widths, carve.envelope_rows, carve.slot_rows, carve.indexer_block_bytes) == \
+        ((64, 32), 65, 1_088, 2_304)
+    assert sizing.withheld_blocks == math.ceil(2 * 104_448 / 8_704) == 24
+    # 100 physical blocks, 870,400 B: first guess 100 - ceil(209,152 / 8,704) = 100 - 25 = 75 blocks
+    # 75 blocks: 4,875 rows -> 5 slots of rows; planes (2 + 5) x 1,088 = 7,616 rows x 96 B = 731,136 B,
+    # indexer 75 x 2,304 = 172,800 B, + 255 = 904,191 B > 870,400 B: one less ... down to
+    # 67 blocks: 4,355 rows > 4 x 1,088 = 4,352 -> still 5: 731,136 + 154,368 + 255 = 885,759 B: too big;
+    # 66 blocks: 4,290 rows -> 4: (2 + 4) x 1,088 x 96 = 626,688 + 152,064 + 255 = 779,007 B: fits
+    assert [carve.carve_bytes(n, 2) for n in (75, 67, 66)] == [904_191, 885_759, 779_007]
+    assert (sizing.withheld_for(100), sizing.usable_blocks(100)) == (34, 66)
+    # 91 blocks (792,064 B) already give those 66; 90 give 65 (first guess 90 - 25); 102 give 67 (885,759 B fits)
+    assert [sizing.usable_blocks(p) for p in (90, 91, 101, 102)] == [65, 66, 66, 67]
+    assert (sizing.physical_for(66), sizing.physical_for(67)) == (91, 102)      # contiguous: 90 and 91
+
+
+def test_usable_never_decreases_with_the_physical_count():
+    """What the KV-config hook's search for the minimum pool relies on."""
+    for sizing in (Sizing(spec_of(TINY), 128, 2), Sizing(spec_of(TINY, kv_fp8=False), 128, 32), _flash_sizing(8)):
+        usable = [sizing.usable_blocks(p) for p in range(0, 1_200)]
+        assert all(b >= a for a, b in zip(usable, usable[1:]))
+        assert all(sizing.withheld_for(p) >= sizing.withheld_blocks for p in range(0, 1_200) if usable[p] > 0)
+
+
+def test_slots_stay_in_the_withheld_tail():
+    # The protocol's contiguous slot placement still lies inside the allocation with the carve's tail.
+    for sizing, physical in ((_flash_sizing(), 12_000), (Sizing(spec_of(TINY), 128, 2), 100)):
+        end = sizing.slot_offset(physical, sizing.num_slots - 1) + sizing.spec.slot_bytes
+        assert sizing.usable_blocks(physical) * sizing.page_bytes == sizing.slot_offset(physical, 0)
+        assert end <= physical * sizing.page_bytes
+
+
+def test_standin_bf16_figure_is_unchanged():
+    # TINY bf16 at 32 slots, 2,048 blocks (tests/e2e/test_stateful_standin_e2e.py): ATOM's carve = 293 = contiguous.
+    sizing = Sizing(spec_of(TINY, kv_fp8=False), 128, 32)
+    assert sizing.withheld_blocks == sizing.withheld_for(2_048) == 293
+
+
+def test_a_spec_without_a_carve_keeps_the_contiguous_count():
+    spec = V4CheckpointSpec(page_bytes=512, slot_bytes=2_000, image_bytes=1_010, layout_id="t", page_unit_bytes=500)
+    assert Sizing(spec, 128, 3).withheld_for(100) == math.ceil(6_000 / 512) == 12

@@ -68,6 +68,35 @@ def test_sizing_withholds_the_slot_area_as_a_tail():
         sizing.slot_offset(100, 4)
 
 
+def test_contiguous_spec_withholds_the_same_at_every_physical_count():
+    spec = CheckpointSpec(4096, 11_000, 10_000, "t")
+    sizing = Sizing(spec, block_size=256, num_slots=4)
+    assert spec.withheld_blocks(4) == spec.withheld_blocks(4, 100) == 11
+    assert {sizing.withheld_for(p) for p in (12, 100, 10_000)} == {11} == {sizing.withheld_blocks}
+    assert sizing.physical_for(89) == 100 and sizing.physical_for(0) == 11
+
+
+class Carved(CheckpointSpec):
+    """A layout that withholds the contiguous count plus one block per 10 physical blocks (not invertible)."""
+
+    def withheld_blocks(self, num_slots, physical_blocks=None):
+        base = super().withheld_blocks(num_slots, physical_blocks)
+        return base if physical_blocks is None else base + physical_blocks // 10
+
+
+def test_a_spec_that_carves_more_sizes_the_pool_and_the_slots():
+    sizing = Sizing(Carved(4096, 11_000, 10_000, "t"), block_size=256, num_slots=4)
+    assert sizing.withheld_blocks == 11                            # the lower bound, what callers passing nothing get
+    assert (sizing.withheld_for(100), sizing.usable_blocks(100)) == (21, 79)
+    assert sizing.slot_offset(100, 0) == 79 * 4096 and sizing.slot_offset(100, 3) == 79 * 4096 + 33_000
+    copier = ByteImageCopier(torch.zeros(100 * 4096, dtype=torch.uint8), sizing, 100)
+    assert copier.usable_blocks == 79
+    # the fewest physical blocks for n usable ones, searched: equals the brute force
+    for n in (1, 50, 79, 80, 500):
+        assert sizing.physical_for(n) == min(p for p in range(2_000) if sizing.usable_blocks(p) >= n)
+    assert (sizing.physical_for(79), sizing.physical_for(80)) == (99, 101)  # usable 79 at 99 and 100, 80 at 101
+
+
 # -- placement ------------------------------------------------------------------
 
 def test_placement_defaults_are_the_seeds():

@@ -448,7 +448,7 @@ FLASH = dict(num_hidden_layers=43, compress_ratios=[0, 0] + [4, 128] * 20 + [4, 
 
 def test_v4_adapter_prices_the_proxy_and_withholds_its_slots(checkpoint):
     """The plugin's native V4-Flash fp8 spec at block 128 (docs/adapters/deepseek-v4.md): page 531,712 B,
-    k = 11 image groups, 252 blocks withheld for 8 slots."""
+    k = 11 image groups; 8 slots take 252 blocks of bytes, ATOM's carve of 400 blocks withholds 264."""
     from vllm.v1.core import kv_cache_utils
 
     adapter = next(a for a in REGISTRY.adapters if isinstance(a, DeepseekV4Adapter))
@@ -459,12 +459,74 @@ def test_v4_adapter_prices_the_proxy_and_withholds_its_slots(checkpoint):
         setattr(vc.model_config.hf_config, key, value)
     sizing = adapter.sizing(vc)
     page = sizing.page_bytes
-    assert (page, sizing.k, sizing.withheld_blocks) == (531_712, 11, 252)
+    assert (page, sizing.k, sizing.withheld_blocks, sizing.withheld_for(400)) == (531_712, 11, 252, 264)
     specs = toy_specs(adapter, k=11, image_page=page, block_size=block)  # fake proxy, nominal 512 B until priced
     (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [400 * page])
-    assert cfg.num_blocks == 400 - 252
+    assert cfg.num_blocks == 400 - 264
     assert {g.kv_cache_spec.page_size_bytes for g in cfg.kv_cache_groups} == {page}
-    assert vc.model_config.max_model_len == (400 - 252 - 1 - 2 * 11) * block  # 16,000
+    assert vc.model_config.max_model_len == (400 - 264 - 1 - 2 * 11) * block  # 14,464
+
+
+# TINY of tests/adapters/test_deepseek_v4.py (docs/adapters/deepseek-v4.md): fp8, page 8,704 B, slot 104,448 B, k = 4.
+TINY = dict(compress_ratios=[0, 4, 128, 4, 0], sliding_window=8, head_dim=64, qk_rope_head_dim=16, index_head_dim=32)
+TINY_PAGE = 8_704
+
+
+def _v4_tiny(checkpoint, max_model_len, override=None):
+    """A real VllmConfig with the V4 fields of TINY, 2 slots, fp8, block 128; the V4 adapter; its specs."""
+    adapter = next(a for a in REGISTRY.adapters if isinstance(a, DeepseekV4Adapter))
+    vc = make_config(checkpoint, max_model_len, override=override, max_num_seqs=2, cache_dtype="fp8",
+                     block_size=adapter.block_size)
+    for key, value in TINY.items():
+        setattr(vc.model_config.hf_config, key, value)
+    return adapter, vc, toy_specs(adapter, k=4, image_page=TINY_PAGE, block_size=adapter.block_size)
+
+
+def test_v4_minimum_pool_is_atoms_carve_plus_one_request(checkpoint):
+    """Issue 14 section 1: the hook withholds the adapter's count at the physical block count. One request of
+    7,424 tokens (58 blocks) + 2 x 4 image working blocks + null needs 67 pool blocks. Contiguously that is
+    67 + 24 = 91 physical blocks; ATOM's carve gives 66 from 91 to 101 (its block region is whole slots of
+    rows) and 67 at 102. 102 is served, 101 is refused with the carve's numbers, and so is 91."""
+    from vllm.v1.core import kv_cache_utils
+
+    L = 58 * 128
+    adapter, vc, specs = _v4_tiny(checkpoint, L, override=102)
+    sizing = adapter.sizing(vc)
+    assert (sizing.page_bytes, sizing.spec.slot_bytes, sizing.k, sizing.num_slots) == (TINY_PAGE, 104_448, 4, 2)
+    assert (sizing.withheld_blocks, sizing.withheld_for(102), sizing.withheld_for(101)) == (24, 35, 35)
+    (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [102 * TINY_PAGE])
+    assert cfg.num_blocks == 102 - 35 == 67 and vc.model_config.max_model_len == L
+    assert {t.size for t in cfg.kv_cache_tensors} == {102 * TINY_PAGE}
+    plan = hook.plan_pool(adapter, vc, [specs], [102 * TINY_PAGE])
+    assert (plan.withheld, plan.withheld_contiguous, plan.left_for_history, plan.minimum_physical(L)) == \
+        (35, 24, 58, 102)
+
+    for physical, short in ((101, 1), (91, 11)):
+        adapter, vc, specs = _v4_tiny(checkpoint, L, override=physical)
+        vllm_alone(copy.deepcopy(vc), specs, blocks=physical, page=TINY_PAGE)  # vLLM alone would start
+        with pytest.raises(hook.PoolTooSmall) as info:
+            call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [physical * TINY_PAGE])
+        msg = str(info.value)
+        withheld = {101: 35, 91: 25}[physical]
+        for part in (f"{physical} blocks of 8704 B (block size 128) - {withheld} withheld for 2 state slots of "
+                     "104448 B (the slots' bytes alone take 24 blocks; the adapter's carve of "
+                     f"{physical} blocks withholds the rest) - 1 vLLM null block - 8 image working blocks "
+                     f"(2 x 4 image groups) = {physical - withheld - 9} blocks for the paged history",
+                     "ceil(7424/128) = 58", f"{short} block(s) short",
+                     "--num-gpu-blocks-override to at least 102", "lower --max-num-seqs to at most 1"):
+            assert part in msg, (part, msg)
+
+
+def test_v4_memory_remedy_and_auto_fit_use_the_carve(checkpoint):
+    from vllm.v1.core import kv_cache_utils
+
+    adapter, vc, specs = _v4_tiny(checkpoint, 58 * 128)
+    with pytest.raises(hook.PoolTooSmall, match=r"give the KV cache at least 102 blocks \(887808 B, now 879104 B\)"):
+        call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [101 * TINY_PAGE])
+    # auto-fit: 100 physical -> 34 withheld (the by-hand figure), 66 - null - 8 = 57 blocks = 7,296 tokens
+    adapter, vc, specs = _v4_tiny(checkpoint, -1)
+    (cfg,) = call_hook(kv_cache_utils.get_kv_cache_configs, vc, [specs], [100 * TINY_PAGE])
+    assert cfg.num_blocks == 66 and vc.model_config.max_model_len == 57 * 128
 
 
 # ---------------------------------------------------------------------------
