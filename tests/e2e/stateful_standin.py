@@ -1,10 +1,8 @@
 """Helpers for the stateful stand-in serve (tests/e2e/test_stateful_standin_e2e.py).
 
-* ``build_v4_checkpoint``: the tiny checkpoint named ``DeepseekV4ForCausalLM`` with the DeepSeek-V4 fields the
-  real ``DeepseekV4Adapter`` reads (``V4Inputs.from_hf``) added to its config.json: the adapter's ``TINY``
-  configuration of docs/adapters/deepseek-v4.md (ratios ``[0, 4, 128, 4, 0]``, window 8, D 64, R 16, Di 32).
-  ``head_dim`` (64) is already the Llama's; ``model_type`` stays ``llama`` (the stand-in executor never loads
-  the weights, but vLLM's config code must parse the file).
+* ``build_v4_checkpoint`` (from the stand-in plugin, ``patchkit_standin.checkpoint``, which the demo uses
+  too): the tiny checkpoint named ``DeepseekV4ForCausalLM`` with the DeepSeek-V4 fields the real
+  ``DeepseekV4Adapter`` reads added to its config.json.
 * ``stream_and_cancel``: a streaming completion closed by the client after some chunks (vLLM aborts it).
 * ``side_records``: the stand-in executor's counters from the run's status directory.
 """
@@ -15,22 +13,8 @@ import http.client
 import json
 from pathlib import Path
 
-from vllm_patchkit.demo.tiny_model import build_tiny_model
 
-#: The adapter's TINY configuration (tests/adapters/test_deepseek_v4.py), on top of the tiny Llama.
-V4_FIELDS = {"compress_ratios": [0, 4, 128, 4, 0], "sliding_window": 8, "qk_rope_head_dim": 16,
-             "index_head_dim": 32}
-EXECUTOR = "patchkit_standin.state_executor.StateExecutor"
-
-
-def build_v4_checkpoint(out_dir: Path) -> Path:
-    out = build_tiny_model(out_dir, "DeepseekV4ForCausalLM")
-    path = out / "config.json"
-    config = json.loads(path.read_text())
-    if any(config.get(k) != v for k, v in V4_FIELDS.items()):
-        config.update(V4_FIELDS)
-        path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    return out
+from patchkit_standin.checkpoint import EXECUTOR, V4_FIELDS, build_v4_checkpoint  # noqa: F401 (re-exported)
 
 
 def stream_and_cancel(base_url: str, model: str, prompt: list[int], max_tokens: int, cancel_after: int,
