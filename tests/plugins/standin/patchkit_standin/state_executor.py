@@ -17,9 +17,10 @@ groups and ``BlockPool`` prefix cache, and the image-publish patches on them. Wh
   ``(physical - withheld) * page + i * slot``, the protocol's rule); images move between a slot and its ``k``
   image blocks with the adapter's own copier (``make_copier``: the reference ``ByteImageCopier`` over the
   adapter's image segments);
-* **the state**: each running request has a slot whose first image segment starts with a digest of the tokens
-  the request has computed (a hash chain over the token ids, so equal prefixes give equal digests and any
-  other prefix a different one);
+* **the state**: each running request has a slot whose image segments hold a digest of the tokens the request
+  has computed (a hash chain over the token ids, so equal prefixes give equal digests and any other prefix a
+  different one) and its token count, then bytes derived from both that fill every image segment, so a restore
+  checks every byte of all ``k`` image blocks;
 * **store**: at each step's end (``end = num_computed_tokens + num_scheduled_tokens``) the slot is copied into
   the block holding the running state in each image group, index ``ceil(end / block) - 1`` of the block
   table (vLLM's own align rule, ``mamba_utils.preprocess_mamba``); at an image boundary that block is the one
@@ -189,10 +190,8 @@ class StandinWorker:
             raise RuntimeError(f"patchkit_standin StateExecutor: {len(self.image_gids)} image groups, k={self.k}")
         self.buffer = torch.zeros(self.physical * self.page, dtype=torch.uint8)
         self.copier = self.adapter.make_copier(self.buffer, self.sizing, self.physical)
-        seg = self.sizing.spec.image_segments()[0]
-        if seg.nbytes < DIGEST_BYTES + 8:
-            raise RuntimeError("first image segment too small for the digest")
-        self.state_offset = seg.offset
+        if sum(seg.nbytes for seg in self.sizing.spec.image_segments()) < DIGEST_BYTES + 8:
+            raise RuntimeError("the adapter's image is too small for the digest")
         self.flush(force=True)
 
     def compile_or_warm_up_model(self):
@@ -205,21 +204,31 @@ class StandinWorker:
         self.layout["max_model_len"] = int(max_model_len)
 
     # -- the slot --------------------------------------------------------------------------------------
-    def _slot_range(self, slot: int) -> tuple[int, int]:
-        start = self.sizing.slot_offset(self.physical, slot) + self.state_offset
-        return start, start + DIGEST_BYTES + 8
+    def _image_ranges(self, slot: int) -> list[tuple[int, int]]:
+        """The slot's bytes an image carries: the adapter's image segments, in order."""
+        base = self.sizing.slot_offset(self.physical, slot)
+        return [(base + seg.offset, base + seg.offset + seg.nbytes) for seg in self.sizing.spec.image_segments()]
+
+    def _image_of(self, digest: bytes, computed: int) -> bytes:
+        """The whole image a state makes: the digest and the token count, then bytes derived from both, so every
+        byte of every one of the k image blocks is checked on a restore, not only the head."""
+        head = digest + int(computed).to_bytes(8, "little")
+        total = sum(b - a for a, b in self._image_ranges(0))
+        return head + hashlib.shake_256(head).digest(total - len(head))
 
     def _write_slot(self, r: ReqState) -> None:
         import torch
 
-        a, b = self._slot_range(r.slot)
-        data = r.digest + int(r.computed).to_bytes(8, "little")
-        self.buffer[a:b] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        image, at = self._image_of(r.digest, r.computed), 0
+        for a, b in self._image_ranges(r.slot):
+            self.buffer[a:b] = torch.frombuffer(bytearray(image[at:at + b - a]), dtype=torch.uint8)
+            at += b - a
 
-    def _read_slot(self, slot: int) -> tuple[bytes, int]:
-        a, b = self._slot_range(slot)
-        raw = bytes(self.buffer[a:b].tolist())
-        return raw[:DIGEST_BYTES], int.from_bytes(raw[DIGEST_BYTES:], "little")
+    def _read_slot(self, slot: int) -> tuple[bytes, int, bool]:
+        """The digest and token count in the slot, and whether the rest of its image is the one they make."""
+        raw = b"".join(self.buffer[a:b].numpy().tobytes() for a, b in self._image_ranges(slot))
+        digest, computed = raw[:DIGEST_BYTES], int.from_bytes(raw[DIGEST_BYTES:DIGEST_BYTES + 8], "little")
+        return digest, computed, raw == self._image_of(digest, computed)
 
     def _image_blocks(self, r: ReqState, index: int) -> Optional[list[int]]:
         out = []
@@ -265,12 +274,14 @@ class StandinWorker:
             r.computed, r.digest = hit, expected  # recompute (what a model without the image would do)
             return
         self.copier.restore(blocks, r.slot)
-        digest, computed = self._read_slot(r.slot)
-        if digest == expected and computed == hit:
+        digest, computed, whole = self._read_slot(r.slot)
+        if digest == expected and computed == hit and whole:
             self.counts["restores_right"] += 1
         else:
             self.counts["restores_wrong"] += 1
-            self._note_wrong(rid, hit, f"restored state of {computed} tokens differs from the prompt's", blocks)
+            why = (f"restored state of {computed} tokens differs from the prompt's" if whole else
+                   "the image's bytes past its head are not the ones its state makes (a block moved wrong)")
+            self._note_wrong(rid, hit, why, blocks)
         r.computed, r.digest = hit, digest  # the scheduler's count; the state as restored, right or wrong
 
     def _note_wrong(self, rid, hit, why, blocks=None):
