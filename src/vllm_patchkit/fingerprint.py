@@ -175,10 +175,69 @@ def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: 
     if kind == "attribute":
         return Fingerprint(kind=kind, value_digest=value_digest(raw) if with_value else None)
     func = innermost(raw)
+    key = _cache_key(func, kind, with_digest)
+    if key is not None:
+        hit = _cached_fingerprints().get(key)
+        if hit is not None:
+            return Fingerprint(kind=kind, signature=hit[0], source_digest=hit[1])
     node = _parse_def(func)
     if node is not None:
-        return from_def(node, kind, with_digest)
+        fp = from_def(node, kind, with_digest)
+        if key is not None:
+            _remember(key, fp)
+        return fp
     return Fingerprint(kind=kind, signature=None if kind == "class" else _signature_without_source(func))
+
+
+# -- the live-fingerprint cache (cache.py) ----------------------------------------------------------
+# Parsing a target's source costs 1-20 ms (a class, or a function in a big module); the result depends only
+# on the file's text, so it is kept per (file, size, mtime_ns, qualname, line, kind, digest or not).
+_FP_CACHE_NAME = "fingerprints.json"
+_fp_cache: Optional[dict] = None
+
+
+def _cache_key(func: Any, kind: str, with_digest: bool) -> Optional[str]:
+    import os
+    import sys
+
+    if type(func) is types.FunctionType:
+        file, line = func.__code__.co_filename, func.__code__.co_firstlineno
+    elif isinstance(func, type):
+        file, line = getattr(sys.modules.get(func.__module__), "__file__", None), 0
+    else:
+        return None
+    if not file or not os.path.isabs(file):
+        return None
+    try:
+        st = os.stat(file)
+    except OSError:
+        return None
+    return f"{file}|{st.st_size}|{st.st_mtime_ns}|{func.__module__}:{func.__qualname__}|{line}|{kind}|{int(with_digest)}"
+
+
+def _cached_fingerprints() -> dict:
+    global _fp_cache
+    if _fp_cache is None:
+        from . import cache
+
+        data = cache.read(_FP_CACHE_NAME)
+        _fp_cache = data if isinstance(data, dict) and data.get("format") == cache.FORMAT else {"format": cache.FORMAT}
+    return _fp_cache
+
+
+def _remember(key: str, fp: Fingerprint) -> None:
+    """Add one entry and rewrite the file (temp + replace): a concurrent writer may drop it, never corrupt it."""
+    from . import cache
+
+    entries = _cached_fingerprints()
+    entries[key] = [fp.signature, fp.source_digest]
+    on_disk = cache.read(_FP_CACHE_NAME)  # keep what other processes added meanwhile
+    if isinstance(on_disk, dict) and on_disk.get("format") == cache.FORMAT:
+        on_disk.update(entries)
+        entries = on_disk
+    if len(entries) > 4096:  # stale keys of older releases: start over rather than grow without bound
+        entries = {"format": cache.FORMAT, key: [fp.signature, fp.source_digest]}
+    cache.write(_FP_CACHE_NAME, entries)
 
 
 
@@ -208,12 +267,22 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
     dependencies' (`@torch.inference_mode()`, whose wrapper code lives in torch). A
     plugin's wrapper lives in neither.
     """
+    import hashlib
     import importlib.machinery
     import importlib.metadata as md
+    import json
     import os
     import re
     import sysconfig
 
+    from . import cache
+
+    # packages_distributions() reads every installed distribution's RECORD (~150 ms): kept per installation
+    digest = hashlib.sha256(json.dumps([top, cache.installation_stamp()]).encode()).hexdigest()[:16]
+    cache_name = f"roots-{top}-{digest}.json"
+    hit = cache.read(cache_name)
+    if isinstance(hit, dict) and hit.get("key") == digest and isinstance(hit.get("roots"), list):
+        return tuple(hit["roots"])
     names = {top}
     try:
         mapping = md.packages_distributions()  # ~150 ms: computed once, only when a layer needs it
@@ -240,6 +309,7 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
             roots.add(os.path.abspath(loc))
         if spec.origin and not spec.submodule_search_locations:
             roots.add(os.path.abspath(spec.origin))
+    cache.write(cache_name, {"key": digest, "roots": sorted(roots)})
     return tuple(sorted(roots))
 
 

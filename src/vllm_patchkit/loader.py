@@ -34,6 +34,7 @@ from .preconditions import (Facts, config_facts, current_platform_name, held, un
 from .record import (
     APPLIED,
     FAILED,
+    NOT_IMPORTED,
     PENDING,
     REFUSED,
     SKIPPED,
@@ -49,6 +50,15 @@ from .shadow import classes_in_use, find_shadowed
 from .verify import Finding, Verified, stale_copies, verify
 
 log = logging.getLogger("vllm.patchkit")
+
+LAZY_KINDS = (Kind.wrap, Kind.replace, Kind.set)  # kinds that change an object at a target (not an env, a refusal)
+
+
+class Deferred:
+    """A needed patch whose target module is not imported yet: judged again when `module` is imported."""
+
+    def __init__(self, module: str, because: str):
+        self.module, self.because = module, because
 
 
 def module_exists(name: str) -> bool:
@@ -78,6 +88,8 @@ def module_exists(name: str) -> bool:
                     else None)
             if spec is None and i == 0:
                 spec = importlib.util.find_spec(fullname)  # top level: other finders (editable installs)
+            elif spec is None:  # a submodule an editable install maps (its finder is on sys.meta_path)
+                spec = _other_finders(fullname, path)
         except (ImportError, ValueError):
             return False
         if spec is None:
@@ -86,6 +98,71 @@ def module_exists(name: str) -> bool:
         if path is None and i < len(parts) - 1:
             return False
     return True
+
+
+def _other_finders(fullname: str, path) -> Any:
+    """The spec the other meta-path finders give (as the import system asks them), importing nothing."""
+    for finder in list(sys.meta_path):
+        if finder is importlib.machinery.PathFinder or type(finder).__name__ == "ImportHook":
+            continue
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(fullname, path)
+        except Exception:
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+# -- the once-per-installation cache of the validated patch sets (cache.py) -------------------------
+# Finding the sets (entry points of every distribution, ~20 ms), reading and validating every patch YAML and
+# manifest (~50 ms) give the same answer in every process of an installation: kept, keyed by what is installed,
+# the framework's validating code and the environment; reused only while every file in the sets' folders has
+# the size and mtime it had (a changed, added or removed patch YAML, module or manifest recomputes).
+def _sets_key(sets, with_env: bool) -> tuple[list, str]:
+    import hashlib
+    import json
+
+    from . import cache
+    from .patchsets import EXTRA_ENV
+
+    key = [cache.installation_stamp(), cache.code_stamp(), sorted(sets) if sets is not None else None, with_env,
+           os.environ.get(EXTRA_ENV) if with_env else None]
+    return key, hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:16]
+
+
+def _cached_sets(sets, with_env: bool):
+    from . import cache
+
+    try:
+        _, digest = _sets_key(sets, with_env)
+    except Exception:
+        return None
+    hit = cache.read(f"patchsets-{digest}.pickle", binary=True)
+    if not isinstance(hit, dict) or hit.get("key") != digest:
+        return None
+    if cache.folder_stamp(hit.get("folders", [])) != hit.get("stamp"):
+        return None  # a patch, module or manifest changed since: validate again
+    ps, ms = hit.get("patch_set"), hit.get("manifests")
+    if not isinstance(ps, PatchSet) or not isinstance(ms, dict):
+        return None
+    return ps, ms
+
+
+def _cache_sets(sets, with_env: bool, sources, dirs, ps: PatchSet, ms: dict) -> None:
+    from . import cache
+
+    try:
+        _, digest = _sets_key(sets, with_env)
+        folders = sorted({str(s.patches) for s in sources} | {str(d) for d in dirs})
+        cache.write(f"patchsets-{digest}.pickle", {"key": digest, "folders": folders,
+                                                     "stamp": cache.folder_stamp(folders),
+                                                     "patch_set": ps, "manifests": ms}, binary=True)
+    except Exception as exc:  # never fatal: the next process validates again
+        log.debug("vllm-patchkit: patch-set cache not written: %s", exc)
 
 
 def installed_vllm_version() -> str:
@@ -108,6 +185,7 @@ class Loader:
         policy: Optional[str] = None,
         status_dir: Optional[Path] = None,
         write_records: bool = True,
+        lazy: bool = False,
     ):
         self.patch_set = patch_set
         self.role = role
@@ -115,6 +193,10 @@ class Loader:
         self.facts = Facts(self.vllm_version, platform if platform is not None else current_platform_name(), role)
         self.status_dir = status_dir
         self.write_records = write_records
+        # lazy: a target whose module is not imported when its stage runs is verified and applied when it is
+        # imported (lazy.py), never imported early; the plugin's loader is lazy, a loader made by hand is not
+        self.lazy = lazy
+        self.waiting_on: dict[str, str] = {}  # patch id -> the module whose import it waits for
         self.applied: dict[str, Applied] = {}
         self.stacks: dict[str, list[str]] = {}  # target -> patch keys applied on it, innermost first
         self.manifests = manifests
@@ -146,12 +228,17 @@ class Loader:
         """Every installed patch set (the framework's own first, then each entry point's, then the
         folders in $VLLM_PATCHKIT_EXTRA_PATCHES) with their manifests. `sets` narrows by name;
         `manifest_dir` stands in for every product set's manifests (tests simulate a release with it)."""
+        cached = _cached_sets(sets, with_env) if manifest_dir is None else None
+        if cached is not None:
+            return cls(cached[0], cached[1], role=role, **kw)
         sources = discover(sets, with_env=with_env)
         ps = load_patch_set(sources)
         dirs = manifest_dirs(sources)
         if manifest_dir is not None:
             dirs = [s.manifests for s in sources if s.name == CORE and s.manifests] + [Path(manifest_dir)]
         ms = manifests_mod.load_manifests(dirs, ps)
+        if manifest_dir is None:
+            _cache_sets(sets, with_env, sources, dirs, ps, ms)
         return cls(ps, ms, role=role, **kw)
 
     # -- plan ---------------------------------------------------------------
@@ -296,8 +383,12 @@ class Loader:
                                unmet.expected, unmet.actual)
             return rec.set(SKIPPED, "precondition", str(unmet), unmet.expected, unmet.actual)
         # needed here from this point on
+        waits_for = None  # a dependency still waiting for its module: this one waits with it
         for dep in patch.requires:
             drec = self.records[dep]
+            if drec.state == NOT_IMPORTED and dep in self.waiting_on:
+                waits_for = waits_for or dep
+                continue
             if drec.state != APPLIED and drec.detail.get("decided") != "apply":
                 reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
                 if patch.required:  # needed and required: a missing dependency must not read as a skip
@@ -324,6 +415,13 @@ class Loader:
                 return rec
             rec.detail["unavailable"] = why
             return rec
+        if waits_for is not None:
+            module = self.waiting_on[waits_for]
+            return Deferred(module, f"requires {waits_for}, which waits for {module} to be imported")
+        if self.lazy and patch.kind in LAZY_KINDS and patch.target is not None:
+            module = patch.target.partition(":")[0]
+            if module not in sys.modules:
+                return Deferred(module, f"its target module {module} is not imported")
         result = verify(patch, entry, self.pinned_by)
         if patch.kind is Kind.subclass and not isinstance(result, Finding):
             from .subclass import select
@@ -347,12 +445,16 @@ class Loader:
     def _run_stage(self, stage: str, cfg: Optional[dict]) -> None:
         decisions: list[tuple[Patch, Verified]] = []
         refusals: list[tuple[Patch, Unavailable, str]] = []
+        deferred: list[tuple[Patch, Optional[ManifestEntry], Deferred]] = []
         for patch, entry, pstage in self.plan:
             rec = self.records[patch.id]
             if pstage != stage or rec.state != PENDING:
                 continue
             outcome = self._decide(patch, entry, stage, cfg)
-            if isinstance(outcome, Verified):
+            if isinstance(outcome, Deferred):
+                self._defer(patch, outcome)
+                deferred.append((patch, entry, outcome))
+            elif isinstance(outcome, Verified):
                 decisions.append((patch, outcome))
             elif "unavailable" in rec.detail:
                 refusals.append((patch, rec.detail.pop("unavailable"), "its process and preconditions hold here: "
@@ -370,9 +472,112 @@ class Loader:
         self._report_stale(decisions)
         for patch, v in decisions:
             self._apply_one(patch, v)
+            if self.lazy:
+                self._watch_late_copies(patch)
         self._fail_closed()
+        for patch, entry, d in deferred:
+            self._watch(patch, entry, stage, cfg, d.module)
         self.flush()
         self._log_summary(stage)
+
+    # -- lazy targets (lazy.py) ---------------------------------------------------------------
+    def _defer(self, patch: Patch, d: Deferred) -> None:
+        self.waiting_on[patch.id] = d.module
+        self.records[patch.id].set(
+            NOT_IMPORTED, "not_imported",
+            f"needed here; {d.because}: verified and applied when it is imported. Still in this state at the "
+            "end: the module was never imported in this process, so the code it changes never ran here",
+            f"{d.module} imported", "not imported")
+
+    def _watch(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+               module: str) -> None:
+        from .lazy import HOOK
+
+        mod = sys.modules.get(module)
+        if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            # imported since it was deferred (another patch's `uses` or implementation imported it): the
+            # finder will not be asked again, so judge it now
+            self._on_import(patch, entry, stage, cfg, module)
+            return
+        HOOK.watch(module, self, lambda mod: self._on_import(patch, entry, stage, cfg, module))
+
+    def _on_import(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+                   module: str) -> None:
+        """`module` has just executed: judge the patch again (its target now resolves), verify against the
+        pin, apply, record, flush. A required patch that fails here fails that import, naming the patch."""
+        rec = self.records[patch.id]
+        if rec.state != NOT_IMPORTED or self.waiting_on.get(patch.id) != module:
+            return  # unpatched meanwhile, or already judged: never applied twice
+        del self.waiting_on[patch.id]
+        rec.set(PENDING)
+        outcome = self._decide(patch, entry, stage, cfg)
+        if isinstance(outcome, Deferred):  # it also waits for another module (its own target, after a dependency)
+            self._defer(patch, outcome)
+            self._watch(patch, entry, stage, cfg, outcome.module)
+            self.flush()
+            return
+        if isinstance(outcome, Verified):
+            self._apply_one(patch, outcome)
+            if rec.state == APPLIED:
+                rec.detail["lazy"] = f"applied when {module} was imported"
+                self._watch_late_copies(patch)
+        if rec.state == FAILED and patch.required:
+            exc = RequiredPatchFailed(rec)
+            self.process.error = str(exc)
+            log.error("%s", exc)
+            self.flush()
+            from .lazy import HOOK
+
+            def again(mod, exc=exc):  # a caller that catches the error and imports again fails again
+                raise exc
+
+            HOOK.keep_failing(module, self, again)
+            raise exc
+        if rec.state == FAILED and rec.warning is None:
+            self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({rec.code}): "
+                            f"{rec.reason}; expected {rec.expected}, found {rec.found}")
+        self.flush()
+        log.info("vllm-patchkit: role=%s pid=%d %s %s when %s was imported", self.role, os.getpid(), rec.patch,
+                 rec.state, module)
+
+    def _watch_late_copies(self, patch: Patch) -> None:
+        """Declared copies whose module is not imported yet: patched when it is, if it then holds the original
+        (normally it takes the patched object by value and there is nothing to do)."""
+        applied = self.applied.get(patch.id)
+        if applied is None or not applied.late_copies or applied.installed is None:
+            return
+        from .lazy import HOOK
+
+        for spec in applied.late_copies:
+            module = spec.partition(":")[0]
+            if module not in sys.modules:
+                HOOK.watch(module, self, lambda mod, spec=spec: self._on_copy_import(patch.id, spec))
+
+    def _on_copy_import(self, pid: str, spec: str) -> None:
+        from .apply import function_of
+        from .targets import MISSING, TargetError, resolve
+
+        applied = self.applied.get(pid)
+        if applied is None or spec not in applied.late_copies:
+            return
+        rec = self.records[pid]
+        try:
+            place = resolve(spec, import_module=False)
+            held = place.get_raw()
+        except TargetError as exc:
+            held, place = MISSING, None
+            rec.findings.append({"code": "copy", "where": spec, "reason": f"declared copy not found: {exc}"})
+        if place is not None and held is not MISSING and held is not applied.installed:
+            if function_of(held) is applied.original:
+                place.set_raw(applied.installed)
+                applied.places.append((place, held))
+                applied.late_copies.remove(spec)
+                rec.detail.setdefault("places", []).append(spec)
+            else:
+                rec.findings.append({"code": "copy", "where": spec,
+                                     "reason": f"declared copy {spec} holds a different object: {repr(held)[:120]}"})
+                log.warning("vllm-patchkit: %s: declared copy %s holds a different object", rec.patch, spec)
+        self.flush()
 
     def _apply_one(self, patch: Patch, v: Verified) -> None:
         rec = self.records[patch.id]
@@ -420,12 +625,15 @@ class Loader:
         from .apply import function_of
 
         originals = {}
+        names: dict[str, list[int]] = {}
         for patch, v in decisions:
             if v.place is None or v.place.owner_is_class or patch.kind not in (Kind.wrap, Kind.replace):
                 continue
             declared = {patch.target, *patch.copies}
-            originals[id(function_of(v.place.get_raw()))] = (patch.id, declared)
-        for pid, places in stale_copies(originals).items():
+            original = function_of(v.place.get_raw())
+            originals[id(original)] = (patch.id, declared)
+            names.setdefault(v.place.attr, []).append(id(original))
+        for pid, places in stale_copies(originals, names).items():
             rec = self.records[pid]
             for where in places:
                 rec.findings.append({"code": "stale_copy", "where": where,
@@ -447,7 +655,7 @@ class Loader:
 
     # -- record -------------------------------------------------------------
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in (APPLIED, SKIPPED, FAILED, REFUSED, PENDING)}
+        out = {s: 0 for s in (APPLIED, SKIPPED, FAILED, REFUSED, PENDING, NOT_IMPORTED)}
         for r in self.records.values():
             out[r.state] += 1
         out["warnings"] = sum(1 for r in self.records.values() if r.warning)
@@ -511,15 +719,22 @@ class Loader:
         failed = [r.patch for r in self.records.values() if r.state in (FAILED, REFUSED)]
         log.info(
             "vllm-patchkit: role=%s pid=%d stage=%s manifest=%s applied=%d skipped=%d failed=%d refused=%d pending=%d "
-            "warnings=%d%s%s",
+            "not_imported=%d warnings=%d%s%s",
             self.role, os.getpid(), stage, self.process.manifest, c[APPLIED], c[SKIPPED], c[FAILED], c[REFUSED],
-            c[PENDING], c["warnings"], f" failed_ids={','.join(failed)}" if failed else "",
+            c[PENDING], c[NOT_IMPORTED], c["warnings"], f" failed_ids={','.join(failed)}" if failed else "",
             f" warned_ids={','.join(r.patch for r in self.records.values() if r.warning)}" if c["warnings"] else "",
         )
 
     # -- undo ---------------------------------------------------------------
     def unpatch(self) -> None:
-        """Put back the exact original objects, newest first."""
+        """Put back the exact original objects, newest first; drop the hooks still waiting for an import."""
+        if self.waiting_on or self.lazy:
+            from .lazy import HOOK
+
+            HOOK.forget(self)
+        for pid in list(self.waiting_on):
+            self.records[pid].set(PENDING, None, "unpatched")
+        self.waiting_on.clear()
         for pid in reversed(list(self.applied)):
             self.applied.pop(pid).undo()
             self.records[pid].set(PENDING, None, "unpatched")

@@ -50,7 +50,8 @@ def register() -> None:
         return  # vLLM's throw-away model-inspection subprocess: nothing of ours runs there
     envs.register(KNOBS, constant=True)  # never part of vLLM's compile cache key
     try:
-        loader = Loader.builtin(role=role)
+        # lazy: a target module not imported yet is patched when vLLM imports it (lazy.py), never imported here
+        loader = Loader.builtin(role=role, lazy=True)
     except PatchkitError as exc:
         _record_startup_error(role, exc)
         log.error("vllm-patchkit: start-up stopped in %s (pid %d): %s", role, os.getpid(), exc)

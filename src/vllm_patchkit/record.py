@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
 RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
-SCHEMA_VERSION = 2  # 2: state enum, `warning` per patch, `warnings`/`error` per process
+SCHEMA_VERSION = 3  # 2: state enum, `warning` per patch, `warnings`/`error` per process; 3: state not_imported
 
 
 class State(str, Enum):
@@ -32,12 +32,16 @@ class State(str, Enum):
     failed = "failed"
     refused = "refused"
     pending = "pending"
+    # needed here and verifiable, but its target module was never imported in this process, so the code
+    # it changes never ran here; it is applied (and verified) the moment that module is imported (lazy.py)
+    not_imported = "not_imported"
 
     def __str__(self) -> str:
         return self.value
 
 
 APPLIED, SKIPPED, FAILED, REFUSED, PENDING = State.applied, State.skipped, State.failed, State.refused, State.pending
+NOT_IMPORTED = State.not_imported
 
 
 class _Record(BaseModel):

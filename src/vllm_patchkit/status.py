@@ -1,7 +1,8 @@
 """Report: read one server run's records and render them (table or JSON), with an exit code.
 
-Exit codes: 0 all good; 1 a required patch failed / was refused / is inert;
-2 no records. Usable from CI and as a readiness probe.
+Exit codes: 0 all good; 1 a required patch failed / was refused / is inert / was
+`not_imported` in every process that needed it and applied in none; 2 no records.
+Usable from CI and as a readiness probe.
 """
 
 from __future__ import annotations
@@ -98,6 +99,27 @@ def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
     )
 
 
+def never_applied(run: Optional[Run]) -> dict[str, list[str]]:
+    """Required patches `not_imported` in every process of the run that needed them and applied in none:
+    patch key -> the processes ("role (pid N)") that waited for the module.
+
+    `not_imported` alone is honest about one process (the code it changes never ran there), but a required
+    fix applied nowhere in the whole run is not in effect anywhere: the target module may have moved, so
+    vLLM runs other code unpatched. That must never read as OK.
+    """
+    waited: dict[str, list[str]] = {}
+    applied: set[str] = set()
+    for proc in (run.processes if run else []):
+        for rec in proc.get("patches", []):
+            if not rec.get("required"):
+                continue
+            if rec.get("state") == "not_imported":
+                waited.setdefault(rec["patch"], []).append(f"{proc.get('role')} (pid {proc.get('pid')})")
+            elif rec.get("state") == "applied":
+                applied.add(rec["patch"])
+    return {key: where for key, where in waited.items() if key not in applied}
+
+
 def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     """Exit code and the problems behind it."""
     if run is None or not run.processes:
@@ -123,6 +145,11 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
             for f in rec.get("findings") or []:
                 if f.get("code") == "shadowed":
                     problems.append(f"{where}: shadowed by {f.get('by')} (can never run)")
+    for key, where in never_applied(run).items():
+        problems.append(f"{key}: required patch applied in no process of this run: not_imported in every process "
+                        f"that needed it ({', '.join(where)}): its target module was never imported there, so it was "
+                        "never verified nor installed; if vLLM ran that code path it ran unpatched (a moved target, "
+                        "or start-up has not imported it yet)")
     return (BAD if problems else OK), problems
 
 
@@ -179,6 +206,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for col in ("process", "set", "patch", "state", "calls", "reason / detail"):
         table.add_column(col, overflow="fold")
+    nowhere = never_applied(run)
     for proc in run.processes:
         steps = proc.get("steps")
         if steps is None:
@@ -192,6 +220,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 state = "pending, NEVER JUDGED"  # the problem line itself comes from assess()
             if is_inert(rec, steps, min_steps):
                 state = "applied, INERT"
+            if rec.get("state") == "not_imported" and rec.get("patch") in nowhere:
+                state += ", APPLIED NOWHERE"  # required, and applied in no process of the run
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
                 state += ", SHADOWED"
             if rec.get("warning"):

@@ -182,6 +182,7 @@ def test_required_dependency_not_applied_fails_closed(tmp_path):
 REGISTER = r"""
 import os, sys
 os.environ["VLLM_PATCHKIT_ROLE"] = "frontend"
+import vllm.engine.arg_utils  # the front end loads the plugins from EngineArgs: vLLM has imported its config by then
 from vllm_patchkit.plugin import register
 try:
     register()

@@ -13,6 +13,7 @@ SCRIPT = r"""
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout)
 import vllm.envs as venvs
+import vllm.v1.engine.core  # as in EngineCore.__init__, which loads the plugins: targets not imported wait for their import
 from vllm_patchkit import plugin, runtime
 plugin.register()
 loader = runtime.current()
