@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .schema import Kind, Patch
-from .targets import MISSING, Place
+from .targets import MISSING, Place, TargetError, main_aliases, resolve
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -276,6 +276,16 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
             copy.set_raw(fn)
             applied.places.append((copy, held))
     applied.late_copies = [c for c in patch.copies if c not in done]
+    if not place.owner_is_class:  # a declared place in the module run as the program (`python -m ...`)
+        for spec in main_aliases([patch.target, *patch.copies]):
+            try:
+                alias = resolve(spec, import_module=False)
+            except TargetError:
+                continue
+            held = alias.get_raw()
+            if held is not MISSING and function_of(held) is original:
+                alias.set_raw(fn)
+                applied.places.append((alias, held))
     return applied
 
 

@@ -26,6 +26,7 @@ class Flusher:
         self._last = -1
         self._thread: Optional[threading.Thread] = None
         self._pid = os.getpid()
+        self._searched = 0  # the last start-up phase whose stale-copy search ran (see _search_stale)
 
     def start(self) -> "Flusher":
         # vLLM's EngineCore and workers are multiprocessing children, which leave through
@@ -45,11 +46,28 @@ class Flusher:
         """Flush if anything changed since the last flush; True when it wrote."""
         if os.getpid() != self._pid:
             return False  # a forked child must never overwrite its parent's file
+        found = self._search_stale()
         total = self.loader.sync_calls()
-        if total == self._last:
+        if total == self._last and not found:
             return False
         self._last = total
         return self.loader.flush() is not None
+
+    def _search_stale(self) -> int:
+        """The full stale-copy search, once after the config stage and once after the first step: by then the
+        modules a process imports after start-up (the plugin's, the model's, lazily patched ones) are in."""
+        process = self.loader.process
+        phase = 2 if process.steps else 1 if process.config else 0
+        if phase <= self._searched or not hasattr(self.loader, "rescan_stale"):
+            return 0
+        self._searched = phase
+        try:
+            return self.loader.rescan_stale()
+        except Exception as exc:  # a search must never stop the flusher
+            import logging
+
+            logging.getLogger("vllm.patchkit").warning("vllm-patchkit: stale-copy search failed: %s", exc)
+            return 0
 
     def final(self) -> None:
         if self._stop.is_set() or os.getpid() != self._pid:

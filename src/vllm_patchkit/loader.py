@@ -46,6 +46,7 @@ from .record import (
     write_atomic,
 )
 from .schema import Kind, ManifestEntry, Patch
+from .targets import main_aliases
 from .shadow import classes_in_use, find_shadowed
 from .verify import Finding, Verified, stale_copies, verify
 
@@ -197,6 +198,9 @@ class Loader:
         # imported (lazy.py), never imported early; the plugin's loader is lazy, a loader made by hand is not
         self.lazy = lazy
         self.waiting_on: dict[str, str] = {}  # patch id -> the module whose import it waits for
+        # id(original) -> (patch id, declared places, the original): every applied function patch, for the
+        # full stale-copy search the flusher runs once start-up is over (`rescan_stale`)
+        self.stale_watch: dict[int, tuple[str, set[str], Any]] = {}
         self.applied: dict[str, Applied] = {}
         self.stacks: dict[str, list[str]] = {}  # target -> patch keys applied on it, innermost first
         self.manifests = manifests
@@ -520,6 +524,9 @@ class Loader:
             self._apply_one(patch, outcome)
             if rec.state == APPLIED:
                 rec.detail["lazy"] = f"applied when {module} was imported"
+                applied = self.applied.get(patch.id)
+                if applied is not None and applied.places:
+                    self._watch_stale_applied(patch, applied)
                 self._watch_late_copies(patch)
         if rec.state == FAILED and patch.required:
             exc = RequiredPatchFailed(rec)
@@ -621,25 +628,64 @@ class Loader:
                 self.records[key.split("@")[0]].detail["stack"] = (
                     f"{len(stack)} patches on {patch.target}, innermost first: {' < '.join(stack)}")
 
-    def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
+    def _watch_stale(self, patch: Patch, place: Any) -> Optional[int]:
+        """Remember an applied (or about to be) function patch's original for the stale-copy searches."""
         from .apply import function_of
 
-        originals = {}
-        names: dict[str, list[int]] = {}
-        for patch, v in decisions:
-            if v.place is None or v.place.owner_is_class or patch.kind not in (Kind.wrap, Kind.replace):
-                continue
-            declared = {patch.target, *patch.copies}
-            original = function_of(v.place.get_raw())
-            originals[id(original)] = (patch.id, declared)
-            names.setdefault(v.place.attr, []).append(id(original))
-        for pid, places in stale_copies(originals, names).items():
+        if place is None or place.owner_is_class or patch.kind not in (Kind.wrap, Kind.replace):
+            return None
+        declared = {patch.target, *patch.copies}
+        original = function_of(place.get_raw())
+        self.stale_watch[id(original)] = (patch.id, declared, original)
+        return id(original)
+
+    def _watch_stale_applied(self, patch: Patch, applied: Applied) -> None:
+        """A patch applied lazily: its original is known from the install (the target holds the wrapper now)."""
+        place = applied.places[0][0]
+        if applied.original is not None and not place.owner_is_class and patch.kind in (Kind.wrap, Kind.replace):
+            self.stale_watch[id(applied.original)] = (patch.id, {patch.target, *patch.copies}, applied.original)
+
+    def _stale_findings(self, found: dict[str, list[str]]) -> int:
+        new = 0
+        for pid, places in found.items():
             rec = self.records[pid]
+            seen = {f.get("where") for f in rec.findings if f.get("code") == "stale_copy"}
             for where in places:
+                if where in seen:
+                    continue
                 rec.findings.append({"code": "stale_copy", "where": where,
                                      "reason": f"{where} holds the original by value and is not a declared copy; "
                                                "calls through it bypass the patch"})
                 log.warning("vllm-patchkit: %s: stale copy at %s (not declared in `copies`)", rec.patch, where)
+                new += 1
+        return new
+
+    def _originals(self, ids) -> dict[int, tuple[str, set[str]]]:
+        out = {}
+        for key in ids:
+            pid, declared, _ = self.stale_watch[key]
+            out[key] = (pid, declared | set(main_aliases(declared)))  # `python -m` runs a module as __main__
+        return out
+
+    def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
+        """At a stage: the by-name search (every name in vLLM's modules, the target's own name elsewhere)."""
+        names: dict[str, list[int]] = {}
+        for patch, v in decisions:
+            key = self._watch_stale(patch, v.place)
+            if key is not None:
+                names.setdefault(v.place.attr, []).append(key)
+        keys = [k for ks in names.values() for k in ks]
+        self._stale_findings(stale_copies(self._originals(keys), names))
+
+    def rescan_stale(self) -> int:
+        """Every name of every module, for every applied function patch: the copies bound after start-up (the
+        plugin's own modules, model code, targets applied lazily) and under other names (`from x import f as
+        g`). The flusher runs it off the start-up path (~30 ms with vLLM's engine loaded); returns the new
+        findings."""
+        live = [k for k, (pid, _, _) in self.stale_watch.items() if pid in self.applied]
+        if not live:
+            return 0
+        return self._stale_findings(stale_copies(self._originals(live)))
 
     def _fail_closed(self) -> None:
         bad = [r for r in self.records.values() if r.required and r.state == FAILED]
@@ -735,6 +781,7 @@ class Loader:
         for pid in list(self.waiting_on):
             self.records[pid].set(PENDING, None, "unpatched")
         self.waiting_on.clear()
+        self.stale_watch.clear()
         for pid in reversed(list(self.applied)):
             self.applied.pop(pid).undo()
             self.records[pid].set(PENDING, None, "unpatched")

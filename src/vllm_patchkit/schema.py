@@ -22,7 +22,8 @@ CONFIG_FIELD = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 class Strict(BaseModel):
     """Base: unknown keys rejected, no silent coercion of types."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: validators are built on first use, not at import (start-up reads the set from its cache)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class Kind(str, Enum):

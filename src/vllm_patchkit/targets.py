@@ -81,3 +81,27 @@ def resolve(spec: str, *, import_module: bool = True) -> Place:
 def load_object(spec: str) -> Any:
     """Import `module:name` and return the object (for implementations and probes)."""
     return resolve(spec).get_raw()
+
+
+#: Names a module has when it runs as the program: `python -m pkg.mod` executes pkg.mod as `__main__`, and
+#: multiprocessing's spawned children run it again as `__mp_main__`.
+MAIN_ALIASES = ("__main__", "__mp_main__")
+
+
+def main_aliases(specs) -> list[str]:
+    """The same places in the program's own module, when that module is one the specs name.
+
+    Why: `python -m vllm.entrypoints.openai.api_server` runs that module as `__main__`; a function it holds by
+    value is then a copy at `__main__:name`, the declared copy under the name the program gave it. Patched and
+    judged as the declared copy, not reported as an undeclared one."""
+    out = []
+    for alias in MAIN_ALIASES:
+        name = getattr(getattr(sys.modules.get(alias), "__spec__", None), "name", None)
+        if not name:
+            continue
+        for spec in specs:
+            module, _, attr = spec.partition(":")
+            if module == name and "." not in attr:
+                out.append(f"{alias}:{attr}")
+    return out
+

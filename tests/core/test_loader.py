@@ -346,3 +346,87 @@ def test_a_fingerprint_finding_says_whether_the_difference_breaks_this_patch(tmp
     assert "(compatible: verbatim passthrough: args and kwargs reach upstream untouched)" in rec.reason
     assert "re-pin the release (`vllm-patchkit pin`)" in rec.reason
     assert kvu.get_kv_cache_configs is original
+
+
+def test_a_copy_under_another_name_or_bound_after_start_up_is_found_by_the_late_search(tmp_path, modules):
+    """The stage's search is by name outside vLLM (fast, on the start-up path); the flusher's full search
+    (`rescan_stale`, once start-up is over) finds `from x import f as g` in a plugin's module, and copies bound
+    by modules imported after start-up, which no search at start-up could see."""
+    import sys
+    import types
+
+    kvu, core, _ = modules
+    original = kvu.get_kv_cache_configs
+    early = types.ModuleType("patchkit_test_plugin_early")
+    early.sizing = original  # `from vllm.v1.core.kv_cache_utils import get_kv_cache_configs as sizing`
+    sys.modules[early.__name__] = early
+    try:
+        loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
+        loader.run_import_stage()
+        rec = loader.records["kv"]
+        assert rec.state == "applied" and not rec.findings  # by name only: the alias is not seen at start-up
+        late = types.ModuleType("patchkit_test_plugin_late")
+        late.get_kv_cache_configs = original  # imported after start-up, holding what it took before the patch
+        sys.modules[late.__name__] = late
+        assert loader.rescan_stale() == 2
+        assert sorted(f["where"] for f in rec.findings) == [
+            "patchkit_test_plugin_early:sizing", "patchkit_test_plugin_late:get_kv_cache_configs"]
+        assert loader.rescan_stale() == 0  # each one reported once
+        loader.unpatch()
+        assert loader.rescan_stale() == 0  # nothing applied, nothing to search for
+    finally:
+        sys.modules.pop("patchkit_test_plugin_early", None)
+        sys.modules.pop("patchkit_test_plugin_late", None)
+
+
+def test_the_flusher_runs_the_full_search_after_the_config_stage_and_after_the_first_step(tmp_path, modules):
+    import sys
+    import types
+
+    from vllm_patchkit.flush import Flusher
+
+    kvu, _, _ = modules
+    loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
+    loader.run_import_stage()
+    flusher = Flusher(loader, interval=0)
+    late = types.ModuleType("patchkit_test_plugin_late2")
+    sys.modules[late.__name__] = late
+    try:
+        late.f = kvu.get_kv_cache_configs.__wrapped__
+        assert flusher._search_stale() == 0  # no config yet: start-up is not over
+        loader.process.config = {"model": "x"}
+        assert flusher._search_stale() == 1
+        late.g = kvu.get_kv_cache_configs.__wrapped__
+        assert flusher._search_stale() == 0  # once per phase
+        loader.process.steps = 3
+        assert flusher._search_stale() == 1
+        assert flusher.tick()  # the new finding is written even with no new call
+    finally:
+        sys.modules.pop(late.__name__, None)
+        loader.unpatch()
+
+
+def test_a_declared_module_run_as_the_program_is_patched_as_that_copy(tmp_path, modules):
+    """`python -m vllm.entrypoints.openai.api_server` runs that module as `__main__`: a declared copy there is
+    patched under that name too, and not reported as a stale copy (it was, on every `python -m` serve)."""
+    import sys
+    import types
+
+    kvu, core, _ = modules
+    original = kvu.get_kv_cache_configs
+    fake_main = types.ModuleType("__main__")
+    fake_main.__spec__ = types.SimpleNamespace(name="vllm.v1.engine.core")
+    fake_main.get_kv_cache_configs = original
+    real_main = sys.modules["__main__"]
+    sys.modules["__main__"] = fake_main
+    try:
+        loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
+        loader.run_import_stage()
+        rec = loader.records["kv"]
+        assert rec.state == "applied" and not rec.findings, rec.findings
+        assert fake_main.get_kv_cache_configs is kvu.get_kv_cache_configs is not original
+        assert loader.rescan_stale() == 0
+        loader.unpatch()
+        assert fake_main.get_kv_cache_configs is original
+    finally:
+        sys.modules["__main__"] = real_main
