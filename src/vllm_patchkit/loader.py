@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from . import manifest as manifests_mod
+from . import runtime
 from .availability import Unavailable, allowed_unpatched, refusal_message, remedies, unavailable
 from .apply import Applied, install, set_env_default
 from .context import PatchContext
@@ -708,7 +709,7 @@ class Loader:
         return out
 
     def sync_calls(self) -> int:
-        """Copy live counters into the records; returns the total (a cheap change detector)."""
+        """Copy live counters into the records; returns the total calls and counts (a cheap change detector)."""
         total = 0
         steps = None
         for pid, applied in self.applied.items():
@@ -724,6 +725,9 @@ class Loader:
                 applied.ctx.publish(self.records[pid].detail)
         self.process.steps = steps
         self._report_not_built(steps)
+        if self is runtime.current():  # the process's loader: the plugin components' counters are this process's
+            counted, self.process.counters = runtime.counters()
+            total += counted
         return total
 
     def _report_not_built(self, steps: Optional[int]) -> None:

@@ -54,6 +54,10 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
     steps_total = CounterMetricFamily(
         f"{PREFIX}_steps", "Engine/worker steps counted by the core step hooks, summed over a role.", labels=["role"])
     procs = GaugeMetricFamily(f"{PREFIX}_processes", "Processes of the run with a record, by role.", labels=["role"])
+    components = CounterMetricFamily(
+        f"{PREFIX}_component_counts", "Counters of a plugin's own components (not patches; "
+        "vllm_patchkit.runtime.count), summed over the processes of a role (last flush).",
+        labels=["source", "name", "role"])
     info = InfoMetricFamily(f"{PREFIX}_run", "The server run the records belong to.",
                             labels=["run_id", "vllm_version", "manifest"])
     code, problems = assess(run, min_steps)
@@ -69,6 +73,7 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
     call_n: Counter = Counter()
     step_n: Counter = Counter()
     role_n: Counter = Counter()
+    comp_n: Counter = Counter()
     infos = set()
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for proc in run.processes:
@@ -78,6 +83,9 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         if proc.get("steps") is not None:
             step_n[role] += proc["steps"]
         steps = proc.get("steps") if proc.get("steps") is not None else run_steps
+        for source, names in (proc.get("counters") or {}).items():
+            for name, n in names.items():
+                comp_n[(str(source), str(name), role)] += int(n)
         for rec in proc.get("patches", []):
             state = state_of(rec, steps, min_steps)
             if state is None:
@@ -95,9 +103,11 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         steps_total.add_metric([role], n)
     for role, n in sorted(role_n.items()):
         procs.add_metric([role], n)
+    for labels, n in sorted(comp_n.items()):
+        components.add_metric(list(labels), n)
     for rid, version, manifest in sorted(infos) or [(run.run_id, "", "")]:
         info.add_metric([rid, version, manifest], {})
-    return [states, calls, steps_total, procs, info, exit_code, n_problems, n_warnings]
+    return [states, calls, steps_total, procs, components, info, exit_code, n_problems, n_warnings]
 
 
 class PatchStatusCollector(Collector):

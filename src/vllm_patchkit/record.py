@@ -96,6 +96,9 @@ class ProcessRecord(_Record):
     notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)  # process-level: no manifest pins this release, nearest used
     error: Optional[str] = None  # why start-up stopped here (declaration error, refusal, required failure)
+    # counters of a plugin's own components that are not patches (its copier, a stand-in executor):
+    # source -> name -> count, added with `vllm_patchkit.runtime.count`
+    counters: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     def to_json(self) -> dict:
         """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""

@@ -250,6 +250,10 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
     console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}"
                   f"{f' with {len(warnings_of(run))} warning(s)' if warnings_of(run) else ''}{hidden}")
     for proc in run.processes:
+        for source, names in sorted((proc.get("counters") or {}).items()):
+            shown = ", ".join(f"{k} {v}" for k, v in sorted(names.items()))
+            console.print(f"{proc.get('role')} {proc.get('pid')}: {source}: {shown}")
+    for proc in run.processes:
         if proc.get("error"):
             console.print(f"start-up stopped in {proc.get('role')} (pid {proc.get('pid')}):\n  {proc['error']}")
     for p in problems:

@@ -157,7 +157,8 @@ def test_stateful_standin_restores_right_and_survives_an_abort_storm(v4_checkpoi
     assert plan["interval_tokens"] == INTERVAL and plan["publishes"]
 
     # The stand-in worker: every prefix hit restored the state the prompt gives, from the image blocks.
-    counts, layout = side["counts"], side["layout"]
+    counts, layout = ec["counters"]["patchkit_standin.state_executor"], side["layout"]
+    assert counts == side["counts"]  # the record (runtime.count) and the executor's own file agree
     assert layout["async_scheduling"] is True and layout["num_blocks"] == PHYSICAL - withheld
     assert layout["image_groups"] == [1, 2, 3] and layout["withheld_blocks"] == withheld
     assert counts["restores_wrong"] == 0, side["wrong"]
@@ -189,7 +190,7 @@ def test_negative_control_a_store_into_the_wrong_block_restores_wrong(v4_checkpo
     with _serve(v4_checkpoint, tmp_path, PATCHKIT_STANDIN_FAULT="store_behind") as (srv, status_dir):
         _hits(srv, random.Random(15), 12)
     ec, side = _read(status_dir)
-    counts = side["counts"]
+    counts = ec["counters"]["patchkit_standin.state_executor"]
     assert side["layout"]["fault"] == "store_behind"
     assert counts["prefix_hits"] == 12 and counts["restores_wrong"] == 12 and counts["restores_right"] == 0, counts
     assert _rec(ec, "image-publish")["detail"]["published"] >= 2
@@ -209,7 +210,7 @@ def test_preempted_requests_resume_from_their_own_images(v4_checkpoint, tmp_path
             outs = list(pool.map(lambda p: srv.complete_tokens(p, max_tokens=300, ignore_eos=True), prompts))
         assert all(o["usage"]["completion_tokens"] == 300 for o in outs)
     ec, side = _read(status_dir)
-    counts = side["counts"]
+    counts = ec["counters"]["patchkit_standin.state_executor"]
     book = _rec(ec, "image-publish")["detail"]
     print("\npreemption: stand-in executor:", json.dumps(counts, sort_keys=True))
     print("preemption: image-publish:", json.dumps({k: v for k, v in book.items() if k not in ("places", "layout")},

@@ -126,25 +126,14 @@ def _serve_stateful(workdir: Path, timeout: float) -> str:
     last = (rows.get("kv-config-hook", {}).get("detail") or {}).get("last_call") or {}
     plan = last.get("plan") or {}
     pub = rows.get("image-publish", {}).get("detail") or {}
-    state = _executor_counts(status_dir, report.get("run_id"))
+    engine = next((p for p in report.get("processes", []) if p.get("role") == "engine_core"), {})
+    state = (engine.get("counters") or {}).get("patchkit_standin.state_executor", {})
     return (f"stateful V4: KV pool {last.get('decision', '?')} by the adapter (page {plan.get('page_bytes', '?')} B, "
             f"k = {plan.get('k', '?')}, {plan.get('withheld', '?')} of {plan.get('physical', '?')} blocks withheld "
             f"for {plan.get('num_slots', '?')} state slots); "
             f"images published {pub.get('published', 0)}, deferred {pub.get('deferred', 0)}; "
             f"prefix-hit restores {state.get('restores_right', 0)} right, {state.get('restores_wrong', 0)} wrong, "
             f"stores {state.get('stores', 0)}; status exit {code}")
-
-
-def _executor_counts(status_dir: Path, run_id) -> dict:
-    """The stand-in executor's counters of the run (its side file, see docs/adapters/stateful-standin.md)."""
-    if not run_id:
-        return {}
-    for path in sorted((status_dir / run_id / "standin").glob("state-executor-*.json")):
-        try:
-            return json.loads(path.read_text()).get("counts", {})
-        except (OSError, ValueError):
-            pass
-    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

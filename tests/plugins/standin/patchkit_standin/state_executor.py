@@ -37,8 +37,9 @@ EngineCore, where it is built before the scheduler and the batch queue (``max_co
 EngineCore runs ``AsyncScheduler`` with ``step_with_batch_queue``; ``execute_model`` returns ``None`` and
 ``sample_tokens`` the output, as vLLM's workers do.
 
-Counters go to a side file the test reads: ``<status dir>/<run id>/standin/state-executor-<pid>.json``
-(the framework has no API for a non-patch component of a process to add counters to its record).
+Counters go into EngineCore's record under ``patchkit_standin.state_executor`` (``vllm_patchkit.runtime.count``:
+``vllm-patchkit status`` and /metrics show them); the layout and the first wrong restores, with their blocks, go
+to a side file: ``<status dir>/<run id>/standin/state-executor-<pid>.json``.
 ``PATCHKIT_STANDIN_STEP_DELAY_S`` slows each step (to aim aborts at a boundary);
 ``PATCHKIT_STANDIN_FAULT=store_behind`` (a negative control) stores one block too early, so hits restore
 a state that is not the prompt's and count as wrong.
@@ -69,6 +70,7 @@ DELAY_ENV = "PATCHKIT_STANDIN_STEP_DELAY_S"
 #: Negative control: "store_behind" stores the slot one block before the running state's block.
 FAULT_ENV = "PATCHKIT_STANDIN_FAULT"
 SIDE_DIR = "standin"
+COUNTER_SOURCE = "patchkit_standin.state_executor"  # its counters in the process record
 DIGEST_BYTES = 16
 EMPTY_DIGEST = b"\0" * DIGEST_BYTES
 FIRST_TOKEN = 3  # the tiny tokenizer's special tokens are 0, 1, 2
@@ -134,6 +136,8 @@ class StandinWorker:
         self.layout: dict[str, Any] = {}
         self.path = side_file()
         self._last_flush = 0.0
+        self._published: dict[str, int] = {}  # the counts already given to the record (publish)
+        self._publish_lock = threading.Lock()
         self._lock = threading.Lock()
 
     # -- start-up: what EngineCore asks the workers ------------------------------------------------
@@ -382,11 +386,25 @@ class StandinWorker:
         return {"pid": os.getpid(), "updated": time.time(), "counts": dict(self.counts), "layout": dict(self.layout),
                 "wrong": list(self.wrong), "running": len(self.requests), "free_slots": len(self.free_slots)}
 
+    def publish(self) -> None:
+        """The counts into this process's record (vllm_patchkit.runtime.count), as deltas since the last time:
+        `vllm-patchkit status`, its JSON and /metrics show them next to the patches' counters."""
+        from vllm_patchkit import runtime
+
+        with self._publish_lock:  # its own lock: flush() may run under self._lock, from two threads
+            now = dict(self.counts)  # a dict copy is atomic here
+            for name, n in now.items():
+                delta = n - self._published.get(name, 0)
+                if delta or name not in self._published:
+                    runtime.count(COUNTER_SOURCE, name, delta)
+            self._published = now
+
     def flush(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_flush < FLUSH_EVERY_S:
             return
         self._last_flush = now
+        self.publish()
         try:
             from vllm_patchkit.record import write_atomic
 
