@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.demo]
 
 
 def test_demo_serves_all_three_and_summarises_what_applied(tmp_path):
