@@ -430,3 +430,19 @@ def test_a_declared_module_run_as_the_program_is_patched_as_that_copy(tmp_path, 
         assert fake_main.get_kv_cache_configs is original
     finally:
         sys.modules["__main__"] = real_main
+
+
+def test_the_plugins_loader_leaves_the_stale_search_to_the_flusher(tmp_path, modules):
+    """The plugin's (lazy) loader does not search at the stage (start-up cost); the flusher's search after the
+    config stage reports the same undeclared copy."""
+    from vllm_patchkit.flush import Flusher
+
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], lazy=True)
+    loader.run_import_stage()
+    rec = loader.records["kv"]
+    assert rec.state == "applied" and not rec.findings
+    flusher = Flusher(loader, interval=0)
+    loader.process.config = {"model": "x"}
+    assert flusher._search_stale() == 1
+    assert [f["where"] for f in rec.findings] == [KV_COPY]
+    loader.unpatch()
