@@ -1,0 +1,74 @@
+"""The corpus catalogues: each validates, each declaration builds a Patch, each target exists in the installed
+0.31.0 source (read statically: vLLM is never imported), each truth covers both releases with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_patchkit.releases import installed_root
+from vllm_patchkit.schema import Patch
+from vllm_patchkit.static import DirSource, Missing, StaticRelease
+
+from tests.corpus.catalogue import RELEASES, all_catalogues, load, plugins
+
+PLUGINS = plugins()
+
+
+def test_enough_plugins():
+    assert len([p for p in PLUGINS if p != "atom"]) >= 3, PLUGINS
+
+
+@pytest.fixture(scope="module")
+def release():
+    root = installed_root()
+    if root is None:
+        pytest.skip("vLLM is not installed")
+    rel = StaticRelease(DirSource(root))
+    if rel.version() != "0.31.0":
+        pytest.skip(f"the catalogues are named at vLLM 0.31.0; installed is {rel.version()}")
+    return rel
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_validates_and_builds(plugin):
+    cat = load(plugin)
+    patches = cat.patches()
+    assert all(isinstance(p, Patch) for p in patches)
+    assert len({p.id for p in patches}) == len(patches)
+    for place in cat.places:
+        if place.declaration is not None:
+            assert cat.patch(place).id == f"{plugin.replace('_', '-')}-{place.id}"
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_truth_has_both_releases(plugin):
+    for place in load(plugin).places:
+        assert set(place.truth) == set(RELEASES), place.id
+        for r in RELEASES:
+            assert place.truth[r].reason.strip(), (place.id, r)
+
+
+def _exists(release: StaticRelease, spec: str) -> bool:
+    r = release.resolve(spec)
+    if not isinstance(r, Missing):
+        return True
+    return bool(r.inherited_from) or r.unreadable
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_targets_exist_at_0_31_0(plugin, release):
+    cat = load(plugin)
+    absent = []
+    for place in cat.places:
+        specs = [place.target]
+        if place.declaration is not None:
+            p = cat.patch(place)
+            specs += [s for s in p.pinned_specs if s not in specs]
+        for spec in specs:
+            if not _exists(release, spec):
+                absent.append(f"{place.id}: {spec}")
+    assert not absent, f"{plugin}: not in vLLM 0.31.0: {absent}"
+
+
+def test_all_catalogues_load():
+    assert [c.plugin for c in all_catalogues()]
