@@ -149,15 +149,16 @@ def plugins() -> list[str]:
     return sorted(p.name for p in HERE.iterdir() if (p / "catalogue.yaml").is_file())
 
 
-def load(plugin: str) -> Catalogue:
-    path = HERE / plugin / "catalogue.yaml"
+def load(plugin: str, root: Path = HERE) -> Catalogue:
+    path = Path(root) / plugin / "catalogue.yaml"
+    name = f"{plugin}/catalogue.yaml"
     raw = yaml.safe_load(path.read_text())
     if not isinstance(raw, dict):
-        raise ValueError(f"{path.relative_to(HERE)}: not a mapping")
+        raise ValueError(f"{name}: not a mapping")
     try:
         cat = Catalogue.model_validate({**raw, "folder": plugin})
     except ValidationError as exc:
-        raise ValueError(f"{path.relative_to(HERE)}: {_describe(raw, exc)}") from None
+        raise ValueError(f"{name}: {_describe(raw, exc)}") from None
     for place in cat.places:
         if place.declaration is not None:
             cat.patch(place)  # the declaration must build

@@ -72,3 +72,18 @@ def test_targets_exist_at_0_31_0(plugin, release):
 
 def test_all_catalogues_load():
     assert [c.plugin for c in all_catalogues()]
+
+
+def test_errors_name_the_file_and_the_place(tmp_path):
+    import yaml
+
+    from tests.corpus.catalogue import HERE
+
+    raw = yaml.safe_load((HERE / "flash_head" / "catalogue.yaml").read_text())
+    raw["places"][1]["typo_key"] = 1
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "catalogue.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError) as exc:
+        load("broken", root=tmp_path)
+    assert "broken/catalogue.yaml" in str(exc.value) and "'sampler-forward'" in str(exc.value)
+    assert "typo_key" in str(exc.value)
