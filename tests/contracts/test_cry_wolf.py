@@ -1,0 +1,184 @@
+"""The cry-wolf cases of issue 20: changes between vLLM 0.31.0 and 0.32.0/0.33.0 that do not break the plugin,
+each built on the real vLLM classes (0.31.0 read from the installed tree, 0.32.0/0.33.0 from their wheels, all
+statically) and the rule that now judges it.
+
+Every implementation module here starts with `import os; os.abort()`: `check` and `pin` read the overrides'
+signatures and `super()` calls from the source (`impl_static.py`); importing one would kill the test process.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from vllm_patchkit.breakage import BreakageKind as K
+from vllm_patchkit.check import examine
+from vllm_patchkit.compat import judge
+from vllm_patchkit.contracts import StaticView, open_release
+from vllm_patchkit.releases import installed_root
+from vllm_patchkit.schema import Fingerprint, Patch
+from vllm_patchkit.static import Missing, StaticRelease
+from vllm_patchkit.static_source import DirSource
+
+from .helpers import cached_wheel_or_skip, patch_doc
+
+KVM = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+ASYNC = "vllm.v1.core.sched.async_scheduler:AsyncScheduler"
+FIELD = "scheduler_config.scheduler_cls"
+ABORT = "import os\nos.abort()  # never imported: check and pin read this module from its source\n"
+
+
+@pytest.fixture(scope="module")
+def v031():
+    root = installed_root()
+    if root is None:
+        pytest.skip("vLLM is not installed")
+    return StaticView(StaticRelease(DirSource(root), "0.31.0"))
+
+
+def wheel(version):
+    return open_release(version, str(cached_wheel_or_skip(version)))
+
+
+@pytest.fixture
+def impl(tmp_path, monkeypatch):
+    """Write an implementation module `name` (aborting on import) and make it findable on sys.path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(name: str, body: str) -> str:
+        (tmp_path / f"{name}.py").write_text(ABORT + textwrap.dedent(body))
+        return name
+    return write
+
+
+def subclass_patch(target: str, implementation: str, overrides, **extra) -> Patch:
+    return Patch.model_validate(patch_doc("sub", target, kind="subclass", implementation=implementation,
+                                          config_field=FIELD, overrides=list(overrides), **extra))
+
+
+def pins_on(release, patch: Patch) -> dict[str, Fingerprint]:
+    found, _ = examine(release, patch, None)
+    assert all(isinstance(f, Fingerprint) for f in found.values()), found
+    return found
+
+
+# -- 1. an optional trailing parameter, forwarded with **kwargs --------------------------------------------
+FORWARDS = """
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+
+    class CountingKVCacheManager(KVCacheManager):
+        def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
+            return super().allocate_slots(request, num_new_tokens, *args, **kwargs)
+"""
+FORWARDS_KW_ONLY = """
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+
+    class CountingKVCacheManager(KVCacheManager):
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, **kwargs):
+            return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens, **kwargs)
+"""
+SPELLS_OUT = """
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+
+    class CountingKVCacheManager(KVCacheManager):
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
+                           num_lookahead_tokens=0, num_external_computed_tokens=0, delay_cache_blocks=False,
+                           num_encoder_tokens=0, full_sequence_must_fit=False, reserved_blocks=0,
+                           has_scheduled_reqs=True):
+            return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                                          num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+                                          num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
+                                          has_scheduled_reqs)
+"""
+
+
+@pytest.mark.parametrize("source", [FORWARDS, FORWARDS_KW_ONLY], ids=["args-kwargs", "kwargs"])
+def test_allocate_slots_gaining_skip_zeroing_group_ids_is_compatible_for_a_forwarding_override(v031, impl, source):
+    """vLLM 0.32.0 adds `skip_zeroing_group_ids: tuple[int, ...] = ()` at the end of
+    `KVCacheManager.allocate_slots` (0.31.0 ends at `has_scheduled_reqs`). An override forwarding **kwargs
+    takes vLLM's keyword argument: compatible (before: breaking, "a subclass patch steers the target's
+    behaviour")."""
+    patch = subclass_patch(KVM, f"{impl('fwd', source)}:CountingKVCacheManager", ["allocate_slots"])
+    pins = pins_on(v031, patch)
+    assert pins[f"{KVM}.allocate_slots"].signature.endswith("has_scheduled_reqs=True)")
+    _, found = examine(wheel("0.32.0"), patch, pins)
+    [b] = found
+    assert (b.kind, b.parameter, b.breaking) == (K.optional_parameter_added, "skip_zeroing_group_ids", False)
+    assert b.compat.startswith("the override fwd:CountingKVCacheManager.allocate_slots(")
+    assert "takes **kwargs: vLLM's keyword argument skip_zeroing_group_ids=... reaches it" in b.compat
+    assert "not verified statically" in b.compat
+    assert b.verdict().startswith("compatible: ")
+
+
+def test_an_override_that_spells_out_the_old_parameters_breaks_on_it(v031, impl):
+    patch = subclass_patch(KVM, f"{impl('spelled', SPELLS_OUT)}:CountingKVCacheManager", ["allocate_slots"])
+    _, found = examine(wheel("0.32.0"), patch, pins_on(v031, patch))
+    [b] = found
+    assert (b.kind, b.breaking) == (K.optional_parameter_added, True)
+    assert "does not accept 'skip_zeroing_group_ids' (no such parameter, no **kwargs)" in b.compat
+
+
+def test_an_added_required_parameter_needs_kwargs_taken_as_forwarding(v031, impl):
+    from vllm_patchkit.breakage import Breakage
+
+    patch = subclass_patch(KVM, f"{impl('fwd2', FORWARDS)}:CountingKVCacheManager", ["allocate_slots"])
+    b = Breakage(K.required_parameter_added, patch.key, f"{KVM}.allocate_slots", parameter="budget",
+                 new="keyword-only")
+    j = judge(patch, b)
+    assert j.breaking is False and "forwarded to super() through **kwargs" in j.compat
+    strict = subclass_patch(KVM, f"{impl('spelled2', SPELLS_OUT)}:CountingKVCacheManager", ["allocate_slots"])
+    assert judge(strict, b).breaking is True
+
+
+# -- 2. a method now inherited, the override calling super() ---------------------------------------------
+CALLS_SUPER = """
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+
+    class TracingScheduler(AsyncScheduler):
+        def _update_request_with_output(self, request, new_token_ids, is_stale=False):
+            out = super()._update_request_with_output(request, new_token_ids, is_stale)
+            return out
+"""
+NO_SUPER = """
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+
+    class TracingScheduler(AsyncScheduler):
+        def _update_request_with_output(self, request, new_token_ids, is_stale=False):
+            return new_token_ids, False
+"""
+
+
+def test_update_request_with_output_moved_into_scheduler_is_compatible_when_the_override_calls_super(v031, impl):
+    """vLLM 0.33.0 folds `AsyncScheduler._update_request_with_output` into `Scheduler`'s (same signature):
+    `AsyncScheduler` now inherits it. An override of it on an AsyncScheduler subclass that calls super() still
+    binds (to Scheduler's, by the MRO)."""
+    patch = subclass_patch(ASYNC, f"{impl('tracing', CALLS_SUPER)}:TracingScheduler", ["_update_request_with_output"])
+    spec = f"{ASYNC}._update_request_with_output"
+    pins = pins_on(v031, patch)  # defined on AsyncScheduler in 0.31.0
+    got = wheel("0.33.0").lookup(spec)
+    assert isinstance(got, Missing) and got.inherited_from == "vllm.v1.core.sched.scheduler:Scheduler._update_request_with_output"
+    # where the MRO now finds it, it is exactly as pinned: no finding at all
+    _, found = examine(wheel("0.33.0"), patch, pins)
+    assert found == []
+    # had the definition changed on the way, the move itself is judged by the override's super() call
+    from vllm_patchkit.check import examine as _  # noqa: F401  (same function as above)
+    from vllm_patchkit.sigdiff import missing_breakages
+    [b] = missing_breakages(patch.key, spec, got)
+    j = judge(patch, b)
+    assert j.kind is K.target_inherited and j.breaking is False
+    assert j.compat == ("the override tracing:TracingScheduler._update_request_with_output(self, request, "
+                        "new_token_ids, is_stale=False) calls super()._update_request_with_output(...), which still "
+                        "binds: Python's MRO finds vllm.v1.core.sched.scheduler:Scheduler._update_request_with_output; "
+                        "vLLM calls the override on the subclass as before")
+    other = subclass_patch(ASYNC, f"{impl('nosuper', NO_SUPER)}:TracingScheduler", ["_update_request_with_output"])
+    j = judge(other, b)
+    assert j.breaking is True and "does not call super()._update_request_with_output" in j.compat
+    declared = subclass_patch(ASYNC, f"{impl('nosuper2', NO_SUPER)}:TracingScheduler", ["_update_request_with_output"],
+                              reimplements=[spec])
+    assert judge(declared, b).breaking is False
