@@ -87,6 +87,7 @@ def add_docs(sub) -> None:
 
 VERBS: list[Callable] = [add_status, add_schema, add_docs, add_check, add_pin]
 VERBS.append(__import__("vllm_patchkit.doctor", fromlist=["add_doctor"]).add_doctor)
+VERBS.append(__import__("vllm_patchkit.scan", fromlist=["add_scan"]).add_scan)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
