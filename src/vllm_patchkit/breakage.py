@@ -120,6 +120,8 @@ class Breakage:
     # judged for `patch` by compat.judge: does this difference break this patch, and why (None: not judged)
     breaking: bool = True
     compat: Optional[str] = None
+    # source_changed: the copied body's unified diff between the pinned release and this one (sourcediff.py)
+    diff: Optional[str] = None
 
     def explain(self) -> str:
         return f"{self.target}: {_EXPLAIN[self.kind](self)}"
@@ -130,6 +132,9 @@ class Breakage:
         return f"{word}: {self.compat}" if self.compat else word
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind.value, "patch": self.patch, "target": self.target, "parameter": self.parameter,
-                "old": self.old, "new": self.new, "explain": self.explain(), "breaking": self.breaking,
-                "compat": self.compat}
+        d = {"kind": self.kind.value, "patch": self.patch, "target": self.target, "parameter": self.parameter,
+             "old": self.old, "new": self.new, "explain": self.explain(), "breaking": self.breaking,
+             "compat": self.compat}
+        if self.diff is not None:  # source_changed only: the copied body's diff
+            d["diff"] = self.diff
+        return d

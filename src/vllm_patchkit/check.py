@@ -24,7 +24,7 @@ that holds `vllm/`) returns true (a string is taken as the reason).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
 from packaging.specifiers import SpecifierSet
@@ -33,11 +33,15 @@ from packaging.version import Version
 from .breakage import Breakage, BreakageKind
 from .compat import judge_all
 from .declare import PatchSet
-from .releases import Release, ReleaseError
+from .releases import Release, ReleaseError, open_release
 from .schema import Fingerprint, Kind, Manifest, ManifestEntry, Patch
 from .sigdiff import compare, missing_breakages, new_home
+from .sourcediff import body_diff
 from .static import Missing
 from .targets import load_object
+
+
+_HAS_SOURCE = frozenset({"function", "method", "staticmethod", "classmethod", "class"})
 
 
 # -- per patch ----------------------------------------------------------------------------------
@@ -50,17 +54,22 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
     """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`."""
     pins = pins or {}
-    with_digest = patch.kind is Kind.replace or any(p.source_digest for p in pins.values())
+    by_source = patch.source_pinned_specs
     found: dict[str, Union[Fingerprint, Missing]] = {}
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
         is_copy = spec in patch.copies and spec != patch.target  # `uses` are checked like targets
+        pin = pins.get(spec)
+        with_digest = spec in by_source or (pin is not None and pin.source_digest is not None)
         got = release.lookup(spec, with_digest)
         found[spec] = got
-        pin = pins.get(spec)
         if pin is not None:
             out.extend(compare(patch.key, spec, pin, got, copy=is_copy))
+            if spec in by_source and pin.source_digest is None and pin.kind in _HAS_SOURCE:
+                out.append(Breakage(BreakageKind.unpinned, patch.key, spec, detail=(
+                    f"{patch.key} copies the body of {spec} (`reimplements`), but its pin has no source digest: "
+                    "re-pin on the release the copy was made from (`vllm-patchkit pin`)")))
             home = new_home(got) if isinstance(got, Missing) and not is_copy and pin.kind != "absent" else None
             if home is not None:  # moved or now inherited: what changed on the way, diffed where it is now
                 there = release.lookup(home, with_digest)
@@ -284,9 +293,43 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
     return _compare_entry(release, patch_set, base, newest)
 
 
+def with_source_diffs(release: Release, pinned_on: str, breakages: list[Breakage]) -> list[Breakage]:
+    """Each `source_changed` with the unified diff of the copied body, from the release it was pinned on to
+    this one. The pinned release's source is read statically (installed, or its wheel in the cache); when it is
+    not at hand the finding says so instead of a diff."""
+    if not any(b.kind is BreakageKind.source_changed for b in breakages):
+        return breakages
+    try:
+        old: Optional[Release] = None if _same(release, pinned_on) else open_release(pinned_on)
+    except ReleaseError as exc:
+        old, why = None, f"no diff: the source of vLLM {pinned_on} is not at hand ({exc})"
+    else:
+        why = f"no diff: vLLM {pinned_on} is the release checked (its installed source differs from the pin)"
+    out = []
+    for b in breakages:
+        if b.kind is BreakageKind.source_changed:
+            was = old.definition(b.target) if old is not None else None
+            now = release.definition(b.target)
+            if was is not None and now is not None:
+                text = body_diff(was, now, f"{b.target} (vLLM {pinned_on})", f"{b.target} (vLLM {release.version()})")
+                b = replace(b, diff=text or "the normalised bodies read the same; the digest rule differs")
+            else:
+                b = replace(b, diff=why if old is None else f"no diff: {b.target} not readable in both releases")
+        out.append(b)
+    return out
+
+
+def _same(release: Release, version: str) -> bool:
+    try:
+        return Version(release.version() or "0") == Version(version)
+    except Exception:
+        return False
+
+
 def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchResult:
     patch = patch_set.patches[base.entry.patch]
     _, breakages = examine(release, patch, dict(base.entry.targets))
+    breakages = with_source_diffs(release, base.vllm, breakages)
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
     if any(b.breaking for b in breakages):
         status = "broken"

@@ -96,6 +96,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for add in VERBS:
         add(sub)
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `--live` runs the same verb again in a child
     return args.func(args)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from . import live
 from .breakage import Breakage, BreakageKind
 from .check import (Baseline, Finding, PatchResult, Report, check, examine, exact, older_entry, retirement,
                     target_specs)
@@ -48,6 +49,9 @@ def add_release_args(p) -> None:
                    f"installed is read from its wheel in ${WHEEL_CACHE_ENV} (default ~/.cache/vllm-patchkit/wheels); "
                    "with --source: the version of the source when it does not say")
     p.add_argument("--source", metavar="WHEEL_OR_DIR", help="read the release statically from a wheel or source tree")
+    p.add_argument("--live", action="store_true",
+                   help="read the installed vLLM by import (as the loader does), in a child process whose crash "
+                        "is reported naming the module (default: read it statically, like a wheel)")
     p.add_argument("--set", action="append", metavar="NAME", dest="sets",
                    help="only this installed patch set (repeatable; the framework's own `core` set is always in)")
     p.add_argument("--patch-dir", action="append", type=Path,
@@ -84,10 +88,12 @@ def patch_set_and_manifest_dir(args) -> tuple[PatchSet, list[Path]]:
 def cmd_check(args) -> int:
     from .errors import PatchkitError
 
+    if args.live and not live.in_child():
+        return live.run_in_child("check", args.argv)
     try:
         ps, mdirs = patch_set_and_manifest_dir(args)
         manifests, paths = read_manifests(mdirs, ps)
-        release = open_release(args.vllm, args.source)
+        release = open_release(args.vllm, args.source, live=args.live)
         report = check(release, ps, manifests, baseline=args.baseline, paths=paths)
     except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
         print(f"vllm-patchkit check: {exc}", file=__import__("sys").stderr)

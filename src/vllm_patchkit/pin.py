@@ -52,7 +52,7 @@ from .contracts import (
 from .breakage import BreakageKind
 from .declare import PatchSet
 from .errors import DeclarationError, PatchkitError
-from .schema import Fingerprint, Manifest, ManifestEntry, NotApplicable
+from .schema import Fingerprint, Kind, Manifest, ManifestEntry, NotApplicable
 from .preconditions import version_matches
 from .static import Missing
 
@@ -122,10 +122,38 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def _fits_fresh(release: Release, patch) -> tuple[dict, list]:
+def settle_inherited(release: Release, patch, found: dict) -> tuple[dict, list[str]]:
+    """Kind subclass: an overridden base method that the base class only inherits on this release is pinned as
+    the class that defines it has it (the override overrides it all the same; `super()` binds there). Nothing
+    changed, so nothing is refused; a later release is compared with this pin (`compat.judge_all`)."""
+    if patch.kind is not Kind.subclass or not patch.target:
+        return found, []
+    out, notes = dict(found), []
+    digests = getattr(patch, "source_pinned_specs", frozenset())
+    for name in patch.overrides:
+        spec = f"{patch.target}.{name}"
+        got = out.get(spec)
+        if not (isinstance(got, Missing) and got.inherited_from):
+            continue
+        there = release.lookup(got.inherited_from, spec in digests or got.inherited_from in digests)
+        if isinstance(there, Fingerprint):
+            out[spec] = there
+            notes.append(f"{patch.key}: {spec} is inherited from {got.inherited_from} on vLLM {release.version()}: "
+                         "pinned as defined there")
+    return out, notes
+
+
+def _examine(release: Release, patch, pins) -> tuple[dict, list, list[str]]:
+    """`examine`, with inherited override places pinned where they are defined (`settle_inherited`)."""
+    found, judged = examine(release, patch, pins)
+    found, notes = settle_inherited(release, patch, found)
+    return found, judged, notes
+
+
+def _fits_fresh(release: Release, patch) -> tuple[dict, list, list[str]]:
     """A version never pinned before: its places must exist and its implementation fit (no pins to diff)."""
-    found, breakages = examine(release, patch, None)
-    return found, [b for b in breakages if b.breaking]
+    found, breakages, notes = _examine(release, patch, None)
+    return found, [b for b in breakages if b.breaking], notes
 
 
 def _what_to_write(pid: str, patch, version: str, broken: list) -> str:
@@ -157,9 +185,10 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     tried: list[tuple[str, list]] = []
     base_patch = patch_set.patches.get(base.entry.patch) if base is not None else None
     if base_patch is not None and base_patch in candidates:
-        found, judged = examine(release, base_patch, dict(base.entry.targets))
+        found, judged, inherited = _examine(release, base_patch, dict(base.entry.targets))
         broken = [b for b in judged if b.breaking]
         if not broken:
+            plan.notes.extend(inherited)
             if judged:
                 plan.notes.append(f"{pid}: carried forward at {base_patch.key} from vLLM {base.vllm}: "
                                   f"{len(judged)} compatible change(s): " + "; ".join(
@@ -173,8 +202,9 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     for patch in reversed(candidates):
         if base_patch is not None and patch.version <= base_patch.version:
             break  # versions no newer than the one pinned before are not chosen behind a reviewer's back
-        found, broken = _fits_fresh(release, patch)
+        found, broken, inherited = _fits_fresh(release, patch)
         if not broken:
+            plan.notes.extend(inherited)
             plan.notes.append(f"{pid}: new in this manifest at {patch.key}"
                               + (f" (replaces {base_patch.key} of vLLM {base.vllm})" if base_patch else ""))
             plan.entry = ManifestEntry(patch=patch.key, targets=found)
@@ -244,7 +274,8 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
                 errors.append(f"{key}: listed in the manifest for {own_key}, but its when.vllm {patch.when.vllm!r} "
                               f"excludes {version}")
                 continue
-            found, judged = examine(release, patch, None)
+            found, judged, inherited = _examine(release, patch, None)
+            notes.extend(inherited)
             missing = [f"{s}: {m.reason}" for s, m in found.items() if isinstance(m, Missing)]
             missing += [b.explain() for b in judged if b.kind is BreakageKind.convention_mismatch]
             if missing:
@@ -326,6 +357,8 @@ def render_plan(pinned: Pinned, label: str) -> str:
 
 def describe_source(release: Release, source: Optional[str]) -> str:
     version = release.version()
+    if isinstance(release, StaticView) and source is None and release.label.startswith("installed"):
+        return f"vllm-patchkit pin --vllm {version} (the installed vLLM, read statically)"
     if isinstance(release, StaticView):
         name = Path(release.release.label).name
         how = "read from the wheel" if name.endswith(".whl") else "read from the source tree"
@@ -334,11 +367,15 @@ def describe_source(release: Release, source: Optional[str]) -> str:
 
 
 def cmd_pin(args: argparse.Namespace) -> int:
+    from . import live
+
+    if args.live and not live.in_child():
+        return live.run_in_child("pin", args.argv)
     try:
         ps, mdirs = patch_set_and_manifest_dir(args)
         manifests, _ = read_manifests(mdirs, ps, strict=False)
         by_hand = parse_not_applicable(args.not_applicable)
-        release = open_release(args.vllm, args.source)
+        release = open_release(args.vllm, args.source, live=args.live)
         pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
                              not_applicable_by_hand=by_hand)
         if args.dry_run:

@@ -10,6 +10,7 @@ from typing import Any, Optional, Protocol, Union
 from packaging.version import InvalidVersion, Version
 
 from . import fingerprint as fp
+from .live import note_import
 from .schema import Fingerprint
 from .static import DirSource, Missing, StaticRelease
 from .targets import MISSING, TargetError, resolve, split
@@ -28,6 +29,8 @@ class Release(Protocol):
     def identity(self, spec: str) -> Optional[tuple[Any, str]]: ...
 
     def probe_root(self) -> Any: ...
+
+    def definition(self, spec: str) -> Optional[Any]: ...
 
 
 def installed_root() -> Optional[Path]:
@@ -73,6 +76,7 @@ class LiveRelease:
         return self._static
 
     def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
+        note_import(spec.partition(":")[0])
         try:
             place = resolve(spec)
         except TargetError as exc:
@@ -98,6 +102,10 @@ class LiveRelease:
 
     def probe_root(self) -> Path:
         return self._root
+
+    def definition(self, spec: str) -> Optional[Any]:
+        """The parsed definition `spec` names (its source, read statically): for diffs of copied bodies."""
+        return self.static().definition(spec)
 
 
 def _live_definer(spec: str) -> Optional[str]:
@@ -138,6 +146,23 @@ class StaticView:
     def probe_root(self) -> Any:
         return self.release.source.root()
 
+    def definition(self, spec: str) -> Optional[Any]:
+        """The parsed definition (`ast` node) `spec` names in this release, or None."""
+        d = self.release.resolve(spec)
+        return None if isinstance(d, Missing) else d.node
+
+
+def installed_static() -> "StaticView":
+    """The installed vLLM read statically, like a wheel: nothing of it is imported, so a target in another
+    platform's module (vllm.platforms.rocm imports vllm._C, which aborts the process on some CPUs) is read
+    like any other, and the check costs what a wheel's does."""
+    root = installed_root()
+    if root is None:
+        raise ReleaseError("vLLM is not installed: pass --source WHEEL_OR_DIR or --vllm VERSION (read from its wheel)")
+    view = StaticView(StaticRelease(DirSource(root), installed_version()))
+    view.label = f"installed vLLM {view.version()} (static, {root / 'vllm'})"
+    return view
+
 
 class ReleaseError(RuntimeError):
     """The release to check cannot be opened (not installed, no wheel, unknown version)."""
@@ -158,9 +183,11 @@ def cached_wheel(version: str, cache: Optional[Union[str, Path]] = None) -> Opti
     return hits[0] if hits else None
 
 
-def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] = None) -> Release:
+def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] = None, *,
+                 live: bool = False) -> Release:
     """The release to pin or check: a given source; else the installed vLLM if it is that
-    version (or no version was asked for); else the version's wheel from the wheel cache."""
+    version (or no version was asked for), read statically from its folder like a wheel (`live`: by
+    import, which only a child process may do: `live.py`); else the version's wheel from the wheel cache."""
     if source is not None:
         rel = StaticRelease.open(source)
         found = rel.version()
@@ -172,7 +199,9 @@ def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] 
         return StaticView(rel)
     installed = installed_version() if installed_root() is not None else None
     if vllm is None or (installed and _v(installed) == _v(vllm)):
-        return LiveRelease()
+        if live:
+            return LiveRelease()
+        return installed_static()
     wheel = cached_wheel(vllm)
     if wheel is not None:
         return open_release(vllm, wheel)

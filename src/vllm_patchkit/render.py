@@ -24,7 +24,10 @@ def render_text(report: Report) -> str:
     findings = report.findings()
     if findings:
         lines.append("breakages, by target:")
-        lines.extend(f"  - [{f.kind.value}] {f.explain()}" for f in findings)
+        for f in findings:
+            lines.append(f"  - [{f.kind.value}] {f.explain()}")
+            if f.breakage.diff:
+                lines.extend(f"      {line}" for line in f.breakage.diff.splitlines())
     c = report.counts()
     lines.append(f"{c['ok']} ok, {c['compatible']} compatible, {c['stale']} stale, {c['broken']} broken, "
                  f"{c['unpinned']} unpinned, {c['not_applicable']} not applicable, {c['retirable']} retirable "
@@ -63,7 +66,8 @@ def render_github(report: Report) -> str:
             continue
         verb = "breaks" if len(f.patches) == 1 else "break"
         title = _gh_escape(f"{', '.join(f.patches)} {verb} on vLLM {report.vllm} ({f.kind.value})", True)
-        lines.append(f"::error {file_of(f.patches[0])}title={title}::{_gh_escape(f.breakage.explain())}")
+        text = f.breakage.explain() + (f"\n{f.breakage.diff}" if f.breakage.diff else "")
+        lines.append(f"::error {file_of(f.patches[0])}title={title}::{_gh_escape(text)}")
     for r in report.results:
         file = file_of(r.patch)
         if r.retire:

@@ -160,6 +160,12 @@ class Patch(Strict):
         default_factory=list,
         description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
     )
+    reimplements: list[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default_factory=list,
+        description="upstream bodies the implementation copies or re-implements instead of calling them (a replace's "
+                    "original, a wrap that never calls `wrapped`, a subclass override that never calls super()): each "
+                    "is pinned with its normalised source digest, and any change to it is `source_changed` (breaking)",
+    )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
         default_factory=list,
@@ -258,6 +264,11 @@ class Patch(Strict):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
         if self.copies and k not in (Kind.wrap, Kind.replace):
             raise ValueError("'copies' only make sense for wrap/replace")
+        if self.reimplements and k not in (Kind.wrap, Kind.replace, Kind.subclass):
+            raise ValueError(f"'reimplements' is for kinds wrap, replace and subclass (code that stands in for an "
+                             f"upstream body), not {k.value!r}")
+        if len(set(self.reimplements)) != len(self.reimplements):
+            raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
         if self.observer and (k is not Kind.wrap or self.when.needs_config() or self.when.vllm is not None):
@@ -269,8 +280,18 @@ class Patch(Strict):
     def pinned_specs(self) -> list[str]:
         """Every upstream place the manifest pins for this patch: target, copies, uses, and (kind subclass)
         each overridden base method as `target.method`."""
-        return (([self.target] if self.target else []) + list(self.copies) + list(self.uses)
-                + [f"{self.target}.{m}" for m in self.overrides])
+        specs = (([self.target] if self.target else []) + list(self.copies) + list(self.uses)
+                 + [f"{self.target}.{m}" for m in self.overrides] + list(self.reimplements))
+        return list(dict.fromkeys(specs))
+
+    @property
+    def source_pinned_specs(self) -> frozenset[str]:
+        """The places pinned with their source digest: what the implementation copies (`reimplements`), and a
+        replace's target (it stands in the target's place)."""
+        out = set(self.reimplements)
+        if self.kind is Kind.replace and self.target:
+            out.add(self.target)
+        return frozenset(out)
 
     @property
     def key(self) -> str:

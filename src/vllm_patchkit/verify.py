@@ -228,22 +228,26 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
                 return Finding("copy", f"declared copy {spec} holds a different object",
                                f"{patch.target}", repr(held)[:120])
             out.copies.append(copy)
-    for spec in patch.uses:
+    elsewhere = {patch.target, *patch.copies, *(f"{patch.target}.{m}" for m in patch.overrides)}
+    copied = [s for s in patch.reimplements if s not in elsewhere and s not in patch.uses]
+    for spec in [*patch.uses, *copied]:
+        what = ("upstream body the implementation copies" if spec in copied
+                else "upstream callable the implementation uses")
         try:
             used = resolve(spec)
         except TargetError as exc:
-            return Finding("uses", f"upstream callable the implementation uses is gone: {exc}", spec, "missing")
+            return Finding("uses", f"{what} is gone: {exc}", spec, "missing")
         pin = entry.targets.get(spec) if entry is not None else None
         if pin is None and entry is None and patch.observer:
             continue  # an observing hook with no manifest entry: it exists, which is all it needs here
         if pin is None:
-            return Finding("unpinned", f"{spec} (used by the implementation) has no pin in the manifest",
-                           "a pinned fingerprint", None)
+            return Finding("unpinned", f"{spec} ({'copied' if spec in copied else 'used'} by the implementation) "
+                           "has no pin in the manifest", "a pinned fingerprint", None)
         used_raw = used.get_raw()
         bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None,
                                           with_value=pin.value_digest is not None), used_raw, patch)
         if bad is not None:
-            return Finding("uses", f"upstream callable the implementation uses changed: {bad.reason}", bad.expected, bad.found)
+            return Finding("uses", f"{what} changed: {bad.reason}", bad.expected, bad.found)
     if patch.value_from is not None:  # kind set with an object: it must import, and be what gets installed
         try:
             out.impl = load_object(patch.value_from)

@@ -114,9 +114,24 @@ def test_missing_target_live_says_where_it_is(live):
 
 
 def test_check_against_the_installed_vllm_exits_zero(live, capsys):
+    """`check` reads the installed release statically by default (nothing of vLLM imported for it)."""
     assert main(["check"]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert f"installed vLLM {RELEASE} (by import" in out and " 0 stale, 0 broken, 0 unpinned, 0 not applicable" in out
+    assert f"installed vLLM {RELEASE} (static" in out and " 0 stale, 0 broken, 0 unpinned, 0 not applicable" in out
+
+
+def test_check_live_runs_in_a_child_and_agrees(capsys):
+    """`check --live` reads by import in a child process; its verdicts equal the static reading's."""
+    import subprocess
+    import sys
+
+    live_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "check", "--live"],
+                              capture_output=True, text=True, timeout=600)
+    static_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "check"],
+                                capture_output=True, text=True, timeout=600)
+    assert live_run.returncode == static_run.returncode == 0, live_run.stderr + static_run.stderr
+    assert f"installed vLLM {RELEASE} (by import" in live_run.stdout
+    assert live_run.stdout.splitlines()[1:] == static_run.stdout.splitlines()[1:]
 
 
 def test_pin_live_and_static_reproduce_the_committed_manifest(live):
