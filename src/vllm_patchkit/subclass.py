@@ -68,7 +68,10 @@ def check(patch: Patch, entry: Optional[ManifestEntry], place: Place,
         try:
             where = resolve(spec)
         except TargetError as exc:
-            return None, _finding("target", f"listed override {name!r} has no base method: {exc}", spec, "missing")
+            where = inherited_place(base, name)  # the base inherits it: pinned as its definer has it
+            if where is None:
+                return None, _finding("target", f"listed override {name!r} has no base method: {exc}", spec,
+                                      "missing")
         pin = entry.targets.get(spec) if entry is not None else None
         if pin is None:
             return None, _finding("unpinned", f"{spec} (a base method {patch.key} overrides) has no pin in the "
@@ -94,6 +97,14 @@ def check(patch: Patch, entry: Optional[ManifestEntry], place: Place,
             return None, bad
     bad = _undeclared(patch, own, base, pinned_elsewhere or {})
     return (impl, None) if bad is None else (None, bad)
+
+
+def inherited_place(base: type, name: str) -> Optional[Place]:
+    """Where the base class's `name` is defined when the base only inherits it (its MRO's first definer)."""
+    definer = next((c for c in base.__mro__[1:] if name in c.__dict__), None)
+    if definer is None or definer is object:
+        return None
+    return Place(f"{spec_of(definer)}.{name}", definer, name)
 
 
 def own_side(impl: type, base: type) -> list[type]:

@@ -182,3 +182,72 @@ def test_update_request_with_output_moved_into_scheduler_is_compatible_when_the_
     declared = subclass_patch(ASYNC, f"{impl('nosuper2', NO_SUPER)}:TracingScheduler", ["_update_request_with_output"],
                               reimplements=[spec])
     assert judge(declared, b).breaking is False
+
+
+# -- 3. a first pin of a method the base already inherits -----------------------------------------------
+OVERRIDES_INHERITED = """
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+
+    class TracingScheduler(AsyncScheduler):
+        def schedule(self, *args, **kwargs):
+            return super().schedule(*args, **kwargs)
+
+        def _update_request_with_output(self, request, new_token_ids, is_stale=False):
+            return super()._update_request_with_output(request, new_token_ids, is_stale)
+"""
+
+
+def test_a_first_pin_pins_an_inherited_override_where_it_is_defined(v031, impl, tmp_path):
+    """`AsyncScheduler.schedule` is inherited from `Scheduler` on vLLM 0.31.0 itself: a first pin of a subclass
+    overriding it is not a move (before: refused, "now inherited from ...Scheduler.schedule, no longer defined on
+    AsyncScheduler"). It is pinned as Scheduler defines it; a later release is compared with that pin only."""
+    from vllm_patchkit.check import check
+    from vllm_patchkit.declare import load_patch_set
+    from vllm_patchkit.pin import pin_release
+
+    from .helpers import write_patches
+
+    name = impl("inh", OVERRIDES_INHERITED)
+    doc = patch_doc("sub", ASYNC, kind="subclass", implementation=f"{name}:TracingScheduler", config_field=FIELD,
+                    overrides=["schedule", "_update_request_with_output"])
+    ps = load_patch_set([write_patches(tmp_path / "patches", [doc])])
+    got = v031.lookup(f"{ASYNC}.schedule")
+    assert isinstance(got, Missing) and got.inherited_from == "vllm.v1.core.sched.scheduler:Scheduler.schedule"
+    pinned = pin_release(v031, ps, {}, generated_by="test")
+    assert not pinned.manifest.not_applicable
+    [entry] = pinned.manifest.patches
+    assert entry.targets[f"{ASYNC}.schedule"] == v031.lookup("vllm.v1.core.sched.scheduler:Scheduler.schedule")
+    assert any("is inherited from vllm.v1.core.sched.scheduler:Scheduler.schedule on vLLM 0.31.0: pinned as "
+               "defined there" in n for n in pinned.notes)
+    # checked on the release it was pinned on, with its own manifest: nothing changed, nothing stale
+    report = check(v031, ps, {"0.31.0": pinned.manifest})
+    assert [(r.status, r.breakages) for r in report.results] == [("ok", [])]
+    # on 0.33.0 schedule is still inherited, and _update_request_with_output now is too: only changes of
+    # what the MRO finds, relative to the pins, are reported
+    report = check(wheel("0.33.0"), ps, {"0.31.0": pinned.manifest})
+    assert not [b for b in report.breakages if b.kind is K.target_inherited and b.breaking]
+    assert all(b.target != f"{ASYNC}.schedule" or b.kind is not K.target_inherited for b in report.breakages)
+
+
+def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monkeypatch):
+    """At start-up the base's inherited method is compared with its pin where the MRO finds it (live 0.31.0)."""
+    from vllm_patchkit import subclass
+    from vllm_patchkit.schema import ManifestEntry
+    from vllm_patchkit.targets import resolve
+
+    (tmp_path / "inh_live.py").write_text(textwrap.dedent(OVERRIDES_INHERITED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    patch = subclass_patch(ASYNC, "inh_live:TracingScheduler", ["schedule"])
+    root = installed_root()
+    static = StaticView(StaticRelease(DirSource(root), "0.31.0"))
+    from vllm_patchkit.pin import settle_inherited
+
+    found, _ = settle_inherited(static, patch, examine(static, patch, None)[0])
+    entry = ManifestEntry(patch=patch.key, targets=found)
+    impl, bad = subclass.check(patch, entry, resolve(ASYNC))
+    assert bad is None and impl.__name__ == "TracingScheduler"
+    changed = dict(found)
+    changed[f"{ASYNC}.schedule"] = found[f"{ASYNC}.schedule"].model_copy(update={"signature": "(self, x)"})
+    impl, bad = subclass.check(patch, ManifestEntry(patch=patch.key, targets=changed), resolve(ASYNC))
+    assert impl is None and bad is not None
