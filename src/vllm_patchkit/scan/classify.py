@@ -27,6 +27,11 @@ def classify(site: Site, selected: dict[str, str]) -> None:
     """Fill `declare`, `hints`, `reason` of one site. `selected`: plugin class -> config field that selects it."""
     m, f = site.mechanism, site.facts
     instance = bool(f.get("instance"))
+    if m in ("wrap", "instance_attr") and f.get("unresolved") and not site.target:
+        site.reason = (f"the object patched ({f['unresolved']}) is computed at run time: declare `kind: wrap`"
+                       + (" + `instances: true`" if m == "instance_attr" else "")
+                       + f" on each vLLM class whose {f.get('attr')!r} it reaches")
+        return
     if m in ("wrap", "functools_wraps", "wrapt"):
         site.declare = "wrap"
         if instance:

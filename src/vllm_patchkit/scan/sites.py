@@ -90,8 +90,9 @@ class FileScanner(ast.NodeVisitor):
             return "vllm"
         return "plugin" if dotted.split(".")[0] in self.plugin_tops else "ext"
 
-    def collect(self, body: list[ast.stmt], args: Optional[ast.arguments] = None) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def collect(self, body: list[ast.stmt], args: Optional[ast.arguments] = None, fn: Optional[ast.AST] = None
+                ) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.param_hints.get(id(fn), {})) if fn is not None else {}
         if args is not None:
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
                 if a.annotation is not None:
@@ -225,6 +226,12 @@ class FileScanner(ast.NodeVisitor):
         return site
 
     def run(self, tree: ast.Module) -> list[Site]:
+        self.param_hints: dict[int, dict[str, tuple]] = {}
+        self._pass(tree)  # first pass: which vLLM objects the file's own functions are called with
+        self.sites, self.errors, self.scopes = [], [], []
+        return self._pass(tree)
+
+    def _pass(self, tree: ast.Module) -> list[Site]:
         self.scopes.append(self.collect(tree.body))
         for stmt in tree.body:  # one statement the visitor cannot follow costs that statement, not the file
             depth, qual, loops = len(self.scopes), list(self.qual), list(self.loops)
@@ -252,7 +259,8 @@ class FileScanner(ast.NodeVisitor):
         for d in [*node.args.defaults, *node.args.kw_defaults, *node.decorator_list]:
             if d is not None:
                 self.visit(d)
-        self._enter(node.body, node.args, node.name)
+        self.scopes.append(self.collect(node.body, node.args, node))
+        self.qual.append(node.name)
         self.qual.append("<locals>")
         for stmt in node.body:
             self.visit(stmt)
@@ -354,6 +362,8 @@ class FileScanner(ast.NodeVisitor):
             return
         owner = self.resolve(t.value)
         if owner is None:
+            if not (isinstance(t.value, ast.Name) and t.value.id == "self"):
+                self._unresolved(t, value, node)
             if _is_method_type(self, value):
                 self.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
                          impl=self._callable_ref(value.args[0] if value.args else None))
@@ -362,6 +372,40 @@ class FileScanner(ast.NodeVisitor):
             self._vllm_set(f"{owner[1]}.{t.attr}", value, node, False)
         elif owner[0] == "inst":
             self._vllm_set(f"{owner[1]}.{t.attr}", value, node, True)
+        elif owner[0] == "vllm_inst":  # an object a vLLM object holds (runner.kv_cache_manager): class unknown
+            self._unresolved(t, value, node)
+
+    def _unresolved(self, t: ast.Attribute, value: ast.AST, node: ast.AST) -> None:
+        """`obj.m = plugin_wrapper(obj.m)` or `obj.m = closure` calling a saved `obj.m`, where the scan cannot
+        tell which vLLM class `obj` is (computed at run time): reported without a target."""
+        same = ast.dump(t, annotate_fields=False).replace("Store()", "Load()")
+
+        def is_same(e: ast.AST) -> bool:
+            if ast.dump(e, annotate_fields=False) == same:
+                return True
+            return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr"
+                    and len(e.args) >= 2 and _const_str(e.args[1]) == t.attr
+                    and ast.dump(e.args[0], annotate_fields=False) == ast.dump(t.value, annotate_fields=False)
+                    .replace("Store()", "Load()"))
+
+        if isinstance(value, ast.Call):
+            f = self.resolve(value.func)
+            if f is not None and f[0] in ("func", "plugin") and any(
+                    is_same(sub) for a in value.args for sub in ast.walk(a)):
+                self.add("wrap", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr, unresolved=_short(t.value),
+                         impl=f, calls_original=True)
+            return
+        ref = self._callable_ref(value)
+        if ref is None or ref[0] != "func" or len(ref) < 3 or isinstance(ref[2], ast.Lambda):
+            return
+        saved = set()
+        for scope in self.scopes[1:]:
+            for name, b in scope.items():
+                if b[0] == "expr" and is_same(b[1]):
+                    saved.add(name)
+        if saved and any(isinstance(sub, ast.Name) and sub.id in saved for sub in ast.walk(ref[2])):
+            self.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
+                     unresolved=_short(t.value), impl=ref, calls_original=True)
 
     def _callable_ref(self, e: Optional[ast.AST]) -> Optional[tuple]:
         if e is None:
@@ -374,6 +418,9 @@ class FileScanner(ast.NodeVisitor):
         if dotted.split(".")[-1] in ("__class__",):
             return
         what = _short(value)
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in
+                ("classmethod", "staticmethod", "property") and len(value.args) == 1):
+            value = value.args[0]
         if isinstance(value, ast.Call):
             f = self.resolve(value.func)
             fname = f[1] if f is not None and f[0] in ("ext", "vllm", "plugin") else ""
@@ -465,14 +512,29 @@ class FileScanner(ast.NodeVisitor):
             cls = text
         if cls is None and ref is not None and ref[0] == "vllm":
             cls = ref[1]
-        if cls is None and not text:
+        if cls is None and not text and isinstance(value, ast.Attribute) and value.attr == name:
             return  # a field copied from another config (x.scheduler_cls = y.scheduler_cls) is not a choice
+        if cls is None and isinstance(value, ast.Constant) and value.value in (None, "auto", ""):
+            return  # vLLM's default put back
         self.add("config_field", node, None, f"{name} = {_short(value)}", field=name, config_field=CONFIG_FIELDS[name],
                  cls=cls)
 
     # -- calls and decorators
+    def _hint_params(self, f: tuple, node: ast.Call) -> None:
+        fn = f[2]
+        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+        given = list(zip(params, node.args)) + [(k.arg, k.value) for k in node.keywords if k.arg]
+        for name, arg in given:
+            if isinstance(arg, ast.Starred):
+                break
+            r = self.resolve(arg)
+            if r is not None and r[0] in ("vllm", "inst"):
+                self.param_hints.setdefault(id(fn), {})[name] = r
+
     def _call(self, node: ast.Call) -> None:
         f = self.resolve(node.func)
+        if f is not None and f[0] == "func" and len(f) > 2 and isinstance(f[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._hint_params(f, node)
         fname = f[1] if f is not None and f[0] in ("ext", "vllm", "plugin") else ""
         leaf = fname.split(".")[-1]
         for kw in node.keywords:
