@@ -37,5 +37,10 @@ def get_computed_blocks(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def get_computed_blocks_closure(self, request):
+    """The plugin's closure takes the request alone (its shape, not its code)."""
+    ...
+
+
 def build_base_request(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)

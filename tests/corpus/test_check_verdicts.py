@@ -1,0 +1,88 @@
+"""`check` against the corpus's ground truth: 0 missed breaks, at most 1 false alarm per 50 places.
+
+The figures come from scripts/corpus_report.py (the same function): every declared place of every corpus
+plugin pinned on vLLM 0.31.0 and checked on 0.32.0 and 0.33.0, all read statically (installed tree or wheels
+from the wheel cache; scripts/fetch_wheels.sh fetches them, and scripts/test.sh runs it first).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vllm_patchkit.releases import ReleaseError, open_release
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("corpus_report", ROOT / "scripts" / "corpus_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows():
+    for v in ("0.31.0", "0.32.0", "0.33.0"):
+        try:
+            open_release(v)
+        except ReleaseError as exc:
+            pytest.skip(f"vLLM {v} cannot be read here ({exc})")
+    return _report().measure()
+
+
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0"])
+def test_no_missed_break_and_few_false_alarms(rows, release):
+    mine = [r for r in rows if r.release == release]
+    places = sum(r.places for r in mine)
+    missed = [(r.plugin, m) for r in mine for m in r.missed]
+    alarms = [(r.plugin, a) for r in mine for a in r.false_alarms]
+    assert missed == [], f"check missed breaks on {release}: {missed}"
+    assert len(alarms) <= max(1, places // 50), f"{len(alarms)} false alarms in {places} places: {alarms}"
+    assert sum(r.found for r in mine) == sum(r.breaks for r in mine)
+
+
+def test_every_plugin_is_measured(rows):
+    plugins = {r.plugin for r in rows}
+    assert len(plugins) >= 4, plugins
+    assert all(r.declared and r.pinned for r in rows), [(r.plugin, r.release) for r in rows if not r.pinned]
+
+
+def test_copied_body_changed_is_source_changed_with_its_diff(tmp_path):
+    """flash-head re-implements RejectionSampler.forward; 0.33.0 rewrote it. Pinned on 0.31.0 by `pin`, checked
+    on 0.33.0 by `check`, both through the CLI: the finding is source_changed, breaking, with the body's diff."""
+    for v in ("0.31.0", "0.33.0"):
+        try:
+            open_release(v)
+        except ReleaseError as exc:
+            pytest.skip(f"vLLM {v} cannot be read here ({exc})")
+    from tests.corpus.catalogue import load
+
+    cat = load("flash_head")
+    place = next(p for p in cat.places if p.id == "rejection-sampler-forward")
+    patch = cat.patch(place)
+    pdir, mdir = tmp_path / "patches", tmp_path / "manifests"
+    pdir.mkdir(), mdir.mkdir()
+    (pdir / f"{patch.id}.yaml").write_text(yaml.safe_dump(patch.model_dump(mode="json", exclude_defaults=True)))
+    cli = [sys.executable, "-m", "vllm_patchkit.cli"]
+    pinned = subprocess.run([*cli, "pin", "--vllm", "0.31.0", "--patch-dir", str(pdir), "--manifest-dir", str(mdir)],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    manifest = yaml.safe_load((mdir / "vllm-0.31.0.yaml").read_text())
+    pins = manifest["patches"][0]["targets"]
+    assert pins[place.target]["source_digest"].startswith("sha256:")
+    checked = subprocess.run([*cli, "check", "--vllm", "0.33.0", "--patch-dir", str(pdir), "--manifest-dir",
+                              str(mdir)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    out = checked.stdout
+    assert "[source_changed]" in out and "(breaking" in out, out
+    assert f"--- {place.target} (vLLM 0.31.0)" in out and f"+++ {place.target} (vLLM 0.33.0)" in out, out
+    assert any(line.strip().startswith("+ ") or line.strip().startswith("+") for line in out.splitlines()
+               if "+++" not in line), out
