@@ -51,6 +51,7 @@ CODES = {
     "extra_required": "the implementation requires a parameter the target does not have",
     "extra_positional": "an extra implementation parameter would catch the target's extra positional arguments",
     "implementation": "the implementation cannot be loaded or is not callable",
+    "implementation_missing": "the implementation's module is not on this Python's path (not installed here)",
 }
 
 
@@ -320,18 +321,39 @@ def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> 
     return out
 
 
-def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None) -> list[Problem]:
-    """The convention problems of a patch's implementation against its target's signature (for `check`).
+def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None,
+                 static: bool = True) -> list[Problem]:
+    """The convention problems of a patch's implementation against its target's signature (for `check`, `pin`).
 
     Empty for a patch with no implementation (a verbatim passthrough), a kind other than wrap/replace,
-    or no signature to compare with. An implementation that cannot be imported or is not callable is
-    one `implementation` problem.
+    or no signature to compare with. `static` (the default: `check` and `pin`): the implementation is read
+    from its source (`impl_static.py`), never imported — its module may import vLLM, or worse; a module
+    that is not on this Python's path is one `implementation_missing` problem, one that cannot be read or
+    parsed, a name it does not define, or a value that is not callable one `implementation` problem. A
+    name bound by code that runs at import (no readable signature) is not judged. `static=False`: imported
+    (what the loader does at start-up, inside vLLM).
     """
     from .schema import Kind
-    from .targets import TargetError, load_object
 
     if patch.kind not in (Kind.wrap, Kind.replace) or patch.implementation is None or not target_signature:
         return []
+    if static:
+        from . import impl_static
+
+        try:
+            d = impl_static.read(patch.implementation)
+            sig = impl_static.call_signature(d)
+        except impl_static.ImplUnreadable as exc:
+            return [Problem("implementation_missing" if exc.missing else "implementation", None, str(exc))]
+        if d.callable is False or d.kind == "module":
+            return [Problem("implementation", None, f"implementation {patch.implementation} is not callable "
+                                                    f"({'a module' if d.kind == 'module' else 'a literal value'})")]
+        if sig is None:
+            return []
+        return problems(sig, target_signature, kind=patch.kind.value, name=patch.implementation,
+                        target_kind=target_kind, params=patch.params, patch=patch.key)
+    from .targets import TargetError, load_object
+
     try:
         impl = load_object(patch.implementation)
     except TargetError as exc:

@@ -45,7 +45,12 @@ FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 class ImplUnreadable(Exception):
-    """The implementation cannot be read statically; the message says why."""
+    """The implementation cannot be read statically; the message says why. `missing`: its module is not on
+    this Python's path at all (not installed where the check runs)."""
+
+    def __init__(self, message: str, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
 
 
 class _Src:
@@ -163,7 +168,7 @@ def locate(module: str) -> Path:
         spec = _spec_of(name, path)
         if spec is None:
             raise ImplUnreadable(f"implementation module {module} cannot be read: no module named {name!r} "
-                                 "on this Python's path")
+                                 "on this Python's path", missing=True)
         if i < len(parts) - 1:
             path = spec.submodule_search_locations
             if path is None:
@@ -278,6 +283,16 @@ def _find(module: str, name: str, depth: int = 0) -> ImplDef:
             return ImplDef(f"{module}.{name}", str(locate(f"{module}.{name}")), "module", ast.Module([], []))
         except ImplUnreadable:
             pass
+        stars = [st for st in ast.walk(tree) if isinstance(st, ast.ImportFrom) and any(a.name == "*" for a in st.names)]
+        for st in stars:
+            try:
+                return _find(_relative(module, is_package, st), name, depth + 1)
+            except ImplUnreadable:
+                continue
+        dynamic = stars or any(isinstance(st, FUNC) and st.name == "__getattr__" for st in tree.body) or any(
+            isinstance(n, ast.Name) and n.id in ("globals", "setattr") for n in ast.walk(tree))
+        if dynamic:  # bound by code that runs at import: found, not readable
+            return ImplDef(f"{module}:{name}", str(file), "value", ast.Pass())
         raise ImplUnreadable(f"implementation {module}:{name} cannot be read: {file} defines no {name!r}")
     if isinstance(binding, ast.ImportFrom):
         src = _relative(module, is_package, binding)
@@ -366,6 +381,25 @@ def override(cls_spec: str, name: str) -> Optional[ImplDef]:
             return own
         todo[:0] = base_defs(c)
     return None
+
+
+def call_signature(d: ImplDef) -> Optional[inspect.Signature]:
+    """The signature a call of the object has, as `inspect.signature` of the live object gives it: a classmethod
+    without `cls`, a class as its own `__init__` without `self` (None when it defines none)."""
+    if d.kind == "class":
+        init = override(d.spec, "__init__")
+        sig = init.signature if init is not None else None
+    elif d.kind == "classmethod":
+        sig = d.signature
+    else:
+        return d.signature
+    if sig is None:
+        return None
+    params = list(sig.parameters.values())
+    first = params[0] if params else None
+    if first is not None and first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+    return sig.replace(parameters=params)
 
 
 def signature_text(d: ImplDef) -> Optional[str]:
