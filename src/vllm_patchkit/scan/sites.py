@@ -37,6 +37,11 @@ WRAPT_CALLS = ("wrap_function_wrapper", "patch_function_wrapper", "wrap_object",
                "function_wrapper_on", "transient_function_wrapper")
 
 
+import builtins as _b
+
+_BUILTINS = set(dir(_b))
+
+
 def is_vllm(path: Optional[str]) -> bool:
     return bool(path) and (path == "vllm" or path.startswith("vllm."))
 
@@ -94,8 +99,11 @@ class FileScanner(ast.NodeVisitor):
                 ) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.param_hints.get(id(fn), {})) if fn is not None else {}
         if args is not None:
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if a is not None and a.arg not in out:
+                    out[a.arg] = ("param",)
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-                if a.annotation is not None:
+                if a.annotation is not None and a.arg not in self.param_hints.get(id(fn), {}):
                     out[a.arg] = ("annot", a.annotation)
         for node in _scope_nodes(body):
             if isinstance(node, ast.Import):
@@ -147,7 +155,7 @@ class FileScanner(ast.NodeVisitor):
         if isinstance(e, ast.Name):
             b, level = self.lookup(e.id)
             if b is None:
-                return ("ext", f"builtins.{e.id}")
+                return ("ext", f"builtins.{e.id}") if e.id in _BUILTINS else None
             return self._binding(b, level, depth)
         if isinstance(e, ast.Attribute):
             r = self.resolve(e.value, depth + 1)
@@ -244,9 +252,9 @@ class FileScanner(ast.NodeVisitor):
         return self.sites
 
     def _enter(self, body, args=None, name: Optional[str] = None):
-        self.scopes.append(self.collect(body, args))
         if name is not None:
             self.qual.append(name)
+        self.scopes.append(self.collect(body, args))
 
     def _leave(self, name: Optional[str] = None):
         self.scopes.pop()
@@ -259,9 +267,9 @@ class FileScanner(ast.NodeVisitor):
         for d in [*node.args.defaults, *node.args.kw_defaults, *node.decorator_list]:
             if d is not None:
                 self.visit(d)
-        self.scopes.append(self.collect(node.body, node.args, node))
         self.qual.append(node.name)
         self.qual.append("<locals>")
+        self.scopes.append(self.collect(node.body, node.args, node))
         for stmt in node.body:
             self.visit(stmt)
         self.qual.pop()

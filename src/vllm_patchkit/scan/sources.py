@@ -113,6 +113,15 @@ def _from_dist(name: str, include_tests: bool) -> PluginSource:
         if rel.startswith("..") or ".dist-info/" in rel or ".egg-info/" in rel:
             continue
         _add(src, rel, lambda f=f: Path(dist.locate_file(f)).read_bytes(), include_tests)
+    finders = [f for f in src.files if PurePosixPath(f.path).name.startswith("__editable__")]
+    if finders:  # a setuptools editable install: its finder maps each package to the source folder
+        src.files = [f for f in src.files if f not in finders]
+        for finder in finders:
+            for package, folder in _editable_mapping(finder.data).items():
+                more = _from_dir(Path(folder), include_tests)
+                src.files += [PluginFile(f"{package.replace('.', '/')}/{f.path}", f.data) for f in more.files]
+                src.errors += more.errors
+                src.skipped_tests += more.skipped_tests
     if not src.files:  # an editable install lists only a .pth: follow it to the source folder
         for f in dist.files or []:
             if str(f).endswith(".pth"):
@@ -126,6 +135,21 @@ def _from_dist(name: str, include_tests: bool) -> PluginSource:
                 except OSError as exc:
                     src.errors.append((str(f), f"cannot read: {exc}"))
     return src
+
+
+def _editable_mapping(data: bytes) -> dict[str, str]:
+    import ast
+
+    try:
+        for node in ast.parse(data).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) and node.value is not None else []
+            if any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets):
+                value = ast.literal_eval(node.value)
+                return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    except (SyntaxError, ValueError, TypeError, RecursionError):
+        pass
+    return {}
 
 
 def open_plugin(spec: str, include_tests: bool = False) -> PluginSource:
