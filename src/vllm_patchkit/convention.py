@@ -51,6 +51,7 @@ CODES = {
     "extra_required": "the implementation requires a parameter the target does not have",
     "extra_positional": "an extra implementation parameter would catch the target's extra positional arguments",
     "implementation": "the implementation cannot be loaded or is not callable",
+    "constructed": "a subclass __init__ rejects a construction vLLM makes (judged at vLLM's call sites)",
     "implementation_missing": "the implementation's module is not on this Python's path (not installed here)",
 }
 

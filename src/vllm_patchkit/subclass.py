@@ -125,12 +125,43 @@ def _override_problem(patch: Patch, impl: type, own: list[type], name: str, pin)
     if kind != pin.kind:
         return _finding("convention", f"{spec_of(definer)}.{name} is a {kind} where the base's is a {pin.kind}: "
                                       "vLLM's calls bind differently", pin.kind, kind)
-    found = convention.problems(function_of(raw), pin.signature, kind="replace", name=f"{spec_of(definer)}.{name}",
+    func = function_of(raw)
+    found = convention.problems(func, pin.signature, kind="replace", name=f"{spec_of(definer)}.{name}",
                                 target_kind=pin.kind)
+    if found and name == "__init__":
+        judged = judge_constructor(patch, func)
+        if judged is not None:
+            found = judged
     if found:
         return _finding("convention", f"override of {patch.target}.{name}: {convention.reason(found)}",
                         pin.signature, convention.signature_text(function_of(raw)))
     return None
+
+
+def judge_constructor(patch: Patch, init: Any, calls=None) -> Optional[list]:
+    """A subclass `__init__` judged against the constructions vLLM really makes (`callsites.py`): [] when it
+    takes every one, the problems of those it rejects; None when no call can be judged (none found, or one
+    passes *args/**kwargs): then the base's signature decides."""
+    import inspect
+
+    from . import callsites
+
+    if calls is None:
+        calls = callsites.installed(patch.config_field, SELECTORS.get(patch.config_field))
+    if not calls or not all(c.judgeable for c in calls):
+        return None
+    try:
+        sig = inspect.signature(init) if not isinstance(init, inspect.Signature) else init
+    except (TypeError, ValueError):
+        return None
+    out = []
+    for c in calls:
+        why = callsites.accepts(sig, c)
+        if why is not None:
+            out.append(convention.Problem("constructed", None, f"vLLM constructs {patch.config_field}'s class as "
+                                          f"Cls{c.text()} at {c.where}: {patch.implementation}.__init__"
+                                          f"{convention.signature_text(sig)} rejects it ({why})"))
+    return out
 
 
 def _undeclared(patch: Patch, own: list[type], base: type, pinned: dict[str, list[str]]):

@@ -251,3 +251,68 @@ def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monk
     changed[f"{ASYNC}.schedule"] = found[f"{ASYNC}.schedule"].model_copy(update={"signature": "(self, x)"})
     impl, bad = subclass.check(patch, ManifestEntry(patch=patch.key, targets=changed), resolve(ASYNC))
     assert impl is None and bad is not None
+
+
+# -- 4. a subclass __init__ judged against vLLM's constructions ---------------------------------------------
+KEYWORD_INIT = """
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+
+    class SizedScheduler(AsyncScheduler):
+        def __init__(self, vllm_config, kv_cache_config, structured_output_manager, block_size,
+                     hash_block_size=None, include_finished_set=False, log_stats=False):
+            super().__init__(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                             structured_output_manager=structured_output_manager, block_size=block_size,
+                             hash_block_size=hash_block_size, include_finished_set=include_finished_set,
+                             log_stats=log_stats)
+"""
+MISSES_A_KEYWORD = KEYWORD_INIT.replace("hash_block_size=None, ", "").replace(
+    "hash_block_size=hash_block_size, ", "")
+
+
+def _init_patch(tmp_path, monkeypatch, name, source):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return subclass_patch(ASYNC, f"{name}:SizedScheduler", ["__init__"])
+
+
+def test_an_init_override_is_judged_by_the_keyword_construction_vllm_makes(v031, tmp_path, monkeypatch):
+    """`AsyncScheduler.__init__` is `(self, *args, **kwargs)`; vLLM 0.31.0 builds the selected class only in
+    vllm/v1/engine/core.py, `Scheduler(vllm_config=..., kv_cache_config=..., ...)`, keywords only. An override
+    naming those keywords fits (before: refused, "has no *args where the target has *args")."""
+    from vllm_patchkit import callsites, subclass
+    from vllm_patchkit.schema import ManifestEntry
+    from vllm_patchkit.targets import resolve
+
+    [call] = callsites.installed(FIELD, subclass.SELECTORS[FIELD])
+    assert call.file == "vllm/v1/engine/core.py" and call.positional == 0 and not (call.star or call.dstar)
+    assert set(call.keywords) == {"vllm_config", "kv_cache_config", "structured_output_manager",
+                                  "include_finished_set", "log_stats", "block_size", "hash_block_size"}
+    patch = _init_patch(tmp_path, monkeypatch, "sized_ok", KEYWORD_INIT)
+    found, _ = examine(v031, patch, None)
+    assert found[f"{ASYNC}.__init__"].signature == "(self, *args, **kwargs)"
+    entry = ManifestEntry(patch=patch.key, targets=found)
+    impl, bad = subclass.check(patch, entry, resolve(ASYNC))
+    assert bad is None, bad.reason
+    # one keyword vLLM passes is not taken: refused, naming vLLM's call site
+    patch = _init_patch(tmp_path, monkeypatch, "sized_bad", MISSES_A_KEYWORD)
+    impl, bad = subclass.check(patch, entry, resolve(ASYNC))
+    assert impl is None and bad.code == "convention"
+    assert "vLLM constructs scheduler_config.scheduler_cls's class as Cls(vllm_config=..., " in bad.reason
+    assert "at vllm/v1/engine/core.py:" in bad.reason
+    assert "rejects it (got an unexpected keyword argument 'hash_block_size')" in bad.reason
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_the_constructions_are_found_in_the_wheels_too(version):
+    from vllm_patchkit import callsites, subclass
+
+    calls = callsites.constructions(wheel(version).release.source, FIELD, subclass.SELECTORS[FIELD], version=version)
+    assert [c.file for c in calls] == ["vllm/v1/engine/core.py"] and all(c.positional == 0 for c in calls)
+    import inspect
+
+    from vllm_patchkit.impl_static import signature_of
+    import ast
+    sig = signature_of(ast.parse(textwrap.dedent(KEYWORD_INIT)).body[1].body[0].args)
+    assert subclass.judge_constructor(subclass_patch(ASYNC, "x:SizedScheduler", ["__init__"]), sig, calls) == []
+    assert isinstance(sig, inspect.Signature)
