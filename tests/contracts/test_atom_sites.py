@@ -8,6 +8,9 @@ in the installed vLLM source **read statically** (`vllm_patchkit.static.StaticRe
 patch is judged by the loader's rules read from the source. The counts must equal the summary's; a place
 that changes state on another vLLM, or an entry edited without its summary, fails here.
 
+tests/corpus/atom/catalogue.yaml is derived from the same data file (one corpus place per entry, with the
+truth for vLLM 0.32.0 and 0.33.0); tests/corpus/test_atom_truth.py checks that both list the same places.
+
 Never imports vLLM: two targets live in vllm.platforms.rocm, whose import kills a CPU-build process
 (tests/contracts/test_platform_isolation.py runs the same code under an aborting import guard).
 """
