@@ -93,7 +93,7 @@ def register(config):
     docs = {y.stem: yaml.safe_load(y.read_text()) for y in folder.glob("*.yaml")}
     kinds = sorted(d["kind"] for d in docs.values())
     assert kinds == ["env_default", "replace", "set", "set", "subclass", "wrap"], kinds
-    sets = sorted((d.get("value"), d.get("value_from")) for d in docs.values() if d["kind"] == "set")
+    sets = sorted(((d.get("value"), d.get("value_from")) for d in docs.values() if d["kind"] == "set"), key=str)
     assert sets == [(3, None), (None, "vllm.v1.worker.gpu_model_runner:GPUModelRunner")], sets
     sub = next(d for d in docs.values() if d["kind"] == "subclass")
     assert sub["implementation"] == "myplug:MySched" and sub["overrides"] == ["schedule"]
