@@ -17,8 +17,9 @@ Breaking for every patch: a target that is gone, moved or now inherited, a
 changed kind, changed decorator layers, a copy that no longer holds the
 target, an implementation that no longer fits the call convention; any change
 to an upstream callable the implementation calls itself (`uses:`), to the
-source a `replace` copies, to a `set`'s value; any signature change under a
-`replace` (it stands in the target's place) and under `refuse`/`env_default`
+source a `replace` copies, to a `set`'s value; a signature change under a
+`replace` whose implementation cannot be read (it stands in the target's place:
+see below for one that can), and under `refuse`/`env_default`
 (they steer the target's behaviour: a person re-reads it).
 
 An override (kind `subclass`) and a proxy (a `replace` whose implementation
@@ -70,6 +71,7 @@ _ALWAYS = {
     K.wrappers_changed: "the decorator layers the patch stands on changed",
     K.copy_gone: "a declared copy is gone: the declaration is out of date",
     K.copy_differs: "a declared copy no longer holds the target",
+    K.copy_undeclared: "vLLM calls through a copy the patch does not reach: declare it in `copies`",
     K.unpinned: "no pin to judge against",
     K.probe_error: "the retirement probe failed",
     K.required_not_applicable: "a required patch is marked not applicable",

@@ -101,3 +101,23 @@ def test_check_reports_compatible_drift_as_carry_with_exit_zero(seed):
     stale = pins["0.31.0"].model_copy(update={"vllm": "0.32.0"})
     report = check(_release("0.32.0"), only, {"0.32.0": stale})
     assert [r.status for r in report.results] == ["stale"] and report.exit_code() == 1
+
+
+def test_a_proxy_replace_is_judged_by_its_own_signature(seed, tmp_path, monkeypatch):
+    """A replace whose implementation forwards what it does not name (a proxy) takes an added optional parameter
+    through **kwargs (before: breaking, "a replace ... must take the new signature"); read from its source,
+    never imported (the module aborts on import)."""
+    (tmp_path / "proxy_impl.py").write_text("import os\nos.abort()\n\n"
+                                            "def proxy(self, batch, **kwargs):\n    ...\n\n"
+                                            "def strict(self, batch, num_tokens=None):\n    ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ps, _ = seed
+    base = ps.patches["batch-dispatch-override@1"]
+    b = Breakage(K.optional_parameter_added, base.key, DISPATCH, parameter="use_cascade_attn", new="keyword-only")
+    proxy = base.model_copy(update={"kind": Kind.replace, "params": [], "implementation": "proxy_impl:proxy"})
+    j = judge(proxy, b)
+    assert j.breaking is False and "takes **kwargs" in j.compat and "proxy_impl:proxy(self, batch, **kwargs)" in j.compat
+    strict = base.model_copy(update={"kind": Kind.replace, "params": [], "implementation": "proxy_impl:strict"})
+    assert judge(strict, b).breaking is True
+    moved = Breakage(K.default_changed, base.key, DISPATCH, parameter="batch", old="1", new="2")
+    assert judge(proxy, moved).breaking is True and "names 'batch'" in judge(proxy, moved).compat
