@@ -14,11 +14,16 @@ as for /v1.
 A flood costs one read of the records per second: the answer is cached for
 CACHE_SECONDS (below the default flush interval of 2 s) and reads are
 single-flight, off the event loop.
+
+Bounded: records are read as `status` reads them (regular files only, never followed, never blocking, at
+most VLLM_PATCHKIT_MAX_RECORD_BYTES each), and a body over MAX_BODY_BYTES is replaced by a short one (exit
+code, problems and warnings cut to their first MAX_LINES, one line per process) that says so in `truncated`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -31,6 +36,35 @@ from .status import assess, load_run, to_json
 ROUTE = "/patchkit/status"
 GATHERED_HEADER = "X-Patchkit-Workers"
 CACHE_SECONDS = 1.0
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_LINES = 200
+
+
+def bounded(body: str, limit: int = MAX_BODY_BYTES) -> str:
+    """`body` (status --json's text) when it is at most `limit` bytes; else a short body with the same exit code
+    that says it was cut."""
+    if len(body) <= limit // 4 or len(body.encode()) <= limit:
+        return body
+    data = json.loads(body)
+
+    def cut(lines: list) -> list:
+        lines = [str(x)[:2000] for x in lines]
+        return lines[:MAX_LINES] + ([f"... and {len(lines) - MAX_LINES} more"] if len(lines) > MAX_LINES else [])
+
+    short = {
+        "run_id": data.get("run_id"), "exit_code": data.get("exit_code"),
+        "truncated": f"the full body is {len(body.encode())} bytes, over {limit}: patch rows left out here; "
+                     "`vllm-patchkit status --json` on the server's host prints them all",
+        "problems": cut(data.get("problems") or []), "warnings": cut(data.get("warnings") or []),
+        "refused": cut(data.get("refused") or []),
+        "processes": [{k: p.get(k) for k in ("role", "pid", "host", "ended")} for p in
+                      (data.get("processes") or [])[:MAX_LINES]],
+    }
+    out = json.dumps(short, indent=1)
+    if len(out.encode()) > limit:
+        out = json.dumps({"run_id": str(data.get("run_id"))[:200], "exit_code": data.get("exit_code"),
+                          "truncated": short["truncated"]})
+    return out
 
 
 class Snapshot:
@@ -70,7 +104,7 @@ class Snapshot:
             before = len(run.processes) if run is not None else 0
             run = self.gatherer.apply(run)
             self.gathered = (len(run.processes) if run is not None else 0) - before
-        return to_json(run, self.min_steps), assess(run, self.min_steps)[0]
+        return bounded(to_json(run, self.min_steps)), assess(run, self.min_steps)[0]
 
 
 def api_tokens(app: Any, auth_cls: type) -> Optional[list[str]]:

@@ -26,6 +26,9 @@ PREFIX = "vllm_patchkit"
 # The gauge's state vocabulary: the record's state, with the flags `status` adds made states of their own.
 STATES = ("applied", "inert", "shadowed", "skipped", "not_applicable", "failed", "refused", "pending")
 _NOT_APPLICABLE = ("unavailable", "unpatched_allowed")  # needed here, but this release cannot apply it
+#: Patch rows (patches x processes) turned into series at most: records are bounded in size
+#: (status.max_record_bytes), and so is what one scrape can add to /metrics.
+MAX_PATCH_ROWS = 20000
 
 
 def state_of(rec: dict, steps: Optional[int], min_steps: int) -> Optional[str]:
@@ -67,8 +70,16 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
     n_problems = GaugeMetricFamily(f"{PREFIX}_problems", "Problems behind a non-zero exit code.", value=len(problems))
     n_warnings = GaugeMetricFamily(f"{PREFIX}_warnings", "Warnings of the run (they never change the exit code).",
                                    value=len(warnings_of(run)))
+    refused = GaugeMetricFamily(f"{PREFIX}_refused_records",
+                                "Record files of the run not read (a symlink, a FIFO, too large, unknown "
+                                "schema_version...): `vllm-patchkit status` names each.",
+                                value=len(run.refused) if run is not None else 0)
     if run is None:
-        return [exit_code, n_problems, n_warnings]
+        return [exit_code, n_problems, n_warnings, refused]
+    rows = sum(len(p.get("patches") or []) for p in run.processes)
+    truncated = GaugeMetricFamily(f"{PREFIX}_series_truncated",
+                                  f"1 when the run has more than {MAX_PATCH_ROWS} patch rows and per-patch series "
+                                  "were left out.", value=int(rows > MAX_PATCH_ROWS))
     state_n: Counter = Counter()
     call_n: Counter = Counter()
     step_n: Counter = Counter()
@@ -86,7 +97,7 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         for source, names in (proc.get("counters") or {}).items():
             for name, n in names.items():
                 comp_n[(str(source), str(name), role)] += int(n)
-        for rec in proc.get("patches", []):
+        for rec in (proc.get("patches", []) if rows <= MAX_PATCH_ROWS else []):
             state = state_of(rec, steps, min_steps)
             if state is None:
                 continue
@@ -107,7 +118,8 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         components.add_metric(list(labels), n)
     for rid, version, manifest in sorted(infos) or [(run.run_id, "", "")]:
         info.add_metric([rid, version, manifest], {})
-    return [states, calls, steps_total, procs, components, info, exit_code, n_problems, n_warnings]
+    return [states, calls, steps_total, procs, components, info, exit_code, n_problems, n_warnings, refused,
+            truncated]
 
 
 class PatchStatusCollector(Collector):

@@ -7,6 +7,7 @@ Usable from CI and as a readiness probe.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .record import ProcessRecord
+from .record import SCHEMA_VERSION, ProcessRecord
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -27,32 +28,143 @@ class Run:
     run_id: str
     processes: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # record files not read, each with why (also warnings)
+
+
+#: The largest record file `status` reads, in bytes (a record of a process with every patch of a big set is
+#: tens of kB); a larger file is refused by its size, without reading it. Override: VLLM_PATCHKIT_MAX_RECORD_BYTES.
+MAX_RECORD_ENV = "VLLM_PATCHKIT_MAX_RECORD_BYTES"
+DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: Record files read per run at most (a server has a front end, EngineCore(s) and a worker per GPU).
+MAX_RECORDS_PER_RUN = 1024
+#: Schema versions of records this reader understands (record.SCHEMA_VERSION is the one written).
+KNOWN_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
+
+# Open a record without following a symlink (O_NOFOLLOW: ELOOP) and without blocking on a FIFO or a device
+# (O_NONBLOCK: a FIFO opens at once, and fstat then says it is no regular file).
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+
+
+def max_record_bytes() -> int:
+    try:
+        value = int(os.environ.get(MAX_RECORD_ENV) or DEFAULT_MAX_RECORD_BYTES)
+    except ValueError:
+        value = DEFAULT_MAX_RECORD_BYTES
+    return value if value > 0 else DEFAULT_MAX_RECORD_BYTES
+
+
+def _uid() -> Optional[int]:
+    return os.getuid() if hasattr(os, "getuid") else None
 
 
 def _trusted(path: Path, warnings: list[str]) -> bool:
-    """Only read what this user owns, from a directory nobody else can write."""
+    """A folder: only one this user owns and nobody else can write. A symlink to such a folder is followed
+    (its target is what is checked: owner and mode of the real folder). Anything else: lstat only."""
     try:
         st = path.lstat()
     except OSError:
         return False
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        warnings.append(f"ignored {path}: owned by uid {st.st_uid}, not {os.getuid()}")
+    real = path
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            real = Path(os.path.realpath(path))
+            st = real.stat()
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            warnings.append(f"ignored {path}: a symlink to {real}, which is not a folder")
+            return False
+    shown = path if real == path else f"{path} (a symlink to {real})"
+    if _uid() is not None and st.st_uid != _uid():
+        warnings.append(f"ignored {shown}: owned by uid {st.st_uid}, not {_uid()}")
         return False
-    if path.is_dir() and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        warnings.append(f"ignored {path}: group/world-writable directory")
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warnings.append(f"ignored {shown}: group/world-writable directory")
         return False
     return True
+
+
+_KIND = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+def read_record(folder_fd: int, name: str, limit: Optional[int] = None) -> tuple[Optional[dict], Optional[str]]:
+    """One record file of a run folder, read defensively: (its JSON data, None) or (None, why it was refused).
+
+    Never follows a symlink, never blocks (a FIFO or a device is refused by what `fstat` of the opened
+    descriptor says, before any read), checks the owner on that descriptor, refuses a file over `limit`
+    bytes by its size without reading it (and never reads more than `limit` + 1 bytes), and refuses a
+    schema_version this reader does not know."""
+    limit = limit or max_record_bytes()
+    try:
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            try:
+                target = os.readlink(name, dir_fd=folder_fd)
+            except OSError:
+                target = "?"
+            return None, f"a symlink (to {target}): records are regular files and symlinks are never followed"
+        return None, f"cannot be opened: {exc.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"not a regular file but {_KIND.get(stat.S_IFMT(st.st_mode), 'a special file')}: never read"
+        if _uid() is not None and st.st_uid != _uid():
+            return None, f"owned by uid {st.st_uid}, not {_uid()}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return None, "group/world-writable: records are written 0600"
+        if st.st_size > limit:
+            return None, (f"{st.st_size} bytes, over the limit of {limit} bytes per record ({MAX_RECORD_ENV}): "
+                          "not read")
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            return None, f"grew past the limit of {limit} bytes per record ({MAX_RECORD_ENV}) while read: not used"
+    except OSError as exc:
+        return None, f"cannot be read: {exc.strerror}"
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than Python's stack
+        return None, f"not valid JSON: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    if not isinstance(data, dict):
+        return None, f"not a record: a JSON {type(data).__name__}, not an object"
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in KNOWN_SCHEMA_VERSIONS:
+        return None, (f"unknown schema_version {version!r}: this vllm-patchkit reads versions "
+                      f"{KNOWN_SCHEMA_VERSIONS.start}-{KNOWN_SCHEMA_VERSIONS.stop - 1} (a newer vllm-patchkit wrote "
+                      "it: run that one's `vllm-patchkit status`; or it is not a record)")
+    return data, None
 
 
 def list_runs(base: Path) -> list[str]:
     if not base.is_dir():
         return []
-    runs = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return [p.name for p in sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))]
+    runs = []
+    for p in base.iterdir():
+        if p.name.startswith("."):
+            continue
+        try:
+            if p.is_dir():
+                runs.append((p.stat().st_mtime, p.name))
+        except OSError:
+            continue
+    return [name for _, name in sorted(runs)]
 
 
 def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
-    """The named run, or the latest one; None when there are no records."""
+    """The named run, or the latest one; None when there are no records.
+
+    Only regular files named `*.json` are read, each by `read_record`; every file refused is named in
+    `Run.refused` with the reason, and listed among the run's warnings (as an unreadable record always was)."""
     warnings: list[str] = []
     if base.is_dir() and not _trusted(base, warnings):
         for w in warnings:
@@ -68,13 +180,29 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
     run = Run(rid, [], warnings)
     if not _trusted(folder, warnings):
         return run
-    for path in sorted(folder.glob("*.json")):
-        if not _trusted(path, warnings):
-            continue
-        try:
-            run.processes.append(ProcessRecord.from_json(json.loads(path.read_text())).to_json())
-        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-            warnings.append(f"unreadable record {path.name}: {str(exc).splitlines()[0]}")
+    try:
+        dfd = os.open(os.path.realpath(folder), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                      | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        warnings.append(f"ignored {folder}: cannot be opened: {exc.strerror}")
+        return run
+    try:
+        names = sorted(n for n in os.listdir(dfd) if n.endswith(".json") and not n.startswith("."))
+        if len(names) > MAX_RECORDS_PER_RUN:
+            run.refused.append(f"{len(names) - MAX_RECORDS_PER_RUN} record file(s) of {folder} not read: more than "
+                               f"{MAX_RECORDS_PER_RUN} in one run (from {names[MAX_RECORDS_PER_RUN]})")
+            names = names[:MAX_RECORDS_PER_RUN]
+        for name in names:
+            data, why = read_record(dfd, name)
+            if why is None:
+                try:
+                    run.processes.append(ProcessRecord.from_json(data).to_json())
+                    continue
+                except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                    why = f"not a valid record: {str(exc).splitlines()[0]}"
+            run.refused.append(f"record {folder / name} refused: {why}")
+    finally:
+        os.close(dfd)
     order = {"frontend": 0, "engine_core": 1, "worker": 2}
     run.processes.sort(key=lambda p: (order.get(p.get("role"), 9), p.get("pid", 0)))
     return run
@@ -85,7 +213,7 @@ def narrow(run: Optional[Run], sets: set[str]) -> Optional[Run]:
     if run is None:
         return None
     procs = [{**p, "patches": [r for r in p.get("patches", []) if r.get("patch_set") in sets]} for p in run.processes]
-    return Run(run.run_id, procs, list(run.warnings))
+    return Run(run.run_id, procs, list(run.warnings), list(run.refused))
 
 
 def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
@@ -158,7 +286,7 @@ def warnings_of(run: Optional[Run]) -> list[str]:
     applied, required ones served without by explicit permission, no exact manifest."""
     if run is None:
         return []
-    out = list(run.warnings)
+    out = list(run.warnings) + [r for r in run.refused if r not in run.warnings]
     for proc in run.processes:
         for w in proc.get("warnings") or []:
             if w not in out:
@@ -177,6 +305,7 @@ def to_json(run: Optional[Run], min_steps: int = 8) -> str:
             "exit_code": code,
             "problems": problems,
             "warnings": warnings_of(run),
+            "refused": run.refused if run else [],
             "processes": run.processes if run else [],
         },
         indent=1,
@@ -199,7 +328,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
     import io
 
     console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False, color_system=None)
-    if run is None or not run.processes:
+    if run is None or (not run.processes and not run.refused):
         console.print("vllm-patchkit: no records (has a server with the plugin run as this user?)")
         return console.export_text()
     table = Table(title=f"vllm-patchkit status — run {run.run_id}", show_lines=False)

@@ -119,7 +119,7 @@ def test_record_owned_by_another_user_is_ignored_with_warning(tmp_path):
     os.chown(path, 65534, 65534)
     run = status.load_run(tmp_path / "status", "run1")
     assert run.processes == []
-    assert any("owned by uid 65534" in w for w in run.warnings)
+    assert any("owned by uid 65534" in w for w in status.warnings_of(run))
 
 
 def test_group_writable_status_dir_is_ignored_with_warning(tmp_path):
