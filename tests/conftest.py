@@ -95,3 +95,17 @@ def process_loader(role, cfg=None, **kw):
     if cfg is not None:
         loader.run_config_stage(cfg)
     return loader
+
+
+# Property tests (hypothesis): the same cases on every run unless asked to explore. A suite that fails by
+# chance one day blocks a landing (issue 21); new seeds are explored by a separate, deliberate run:
+#   PATCHKIT_HYPOTHESIS_EXPLORE=1 bash scripts/test.sh tests/reliability      (docs/testing.md)
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("patchkit-deterministic", derandomize=True, database=None, print_blob=True)
+    _hyp_settings.register_profile("patchkit-explore", derandomize=False, database=None, print_blob=True)
+    _hyp_settings.load_profile("patchkit-explore" if os.environ.get("PATCHKIT_HYPOTHESIS_EXPLORE") == "1"
+                               else "patchkit-deterministic")
+except ImportError:  # hypothesis is a test extra; only the property tests need it
+    pass

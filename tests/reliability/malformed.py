@@ -75,7 +75,11 @@ def build_corpus() -> Corpus:
     version = installed_vllm_version()
     manifest = {"vllm": version, "generated_by": "tests/reliability (live pins)", "patches": entries,
                 "not_applicable": [{"patch": spare, "reason": "moved here so the section exists in the base"}]}
-    corpus = Corpus(texts, docs, file_of, manifest, f"vllm-{version}.yaml", pinned[spare])
+    declared: dict[str, set[int]] = {}  # every version of every patch the set declares (for any release)
+    for key in ps.patches:
+        pid, _, v = key.rpartition("@")
+        declared.setdefault(pid, set()).add(int(v))
+    corpus = Corpus(texts, docs, file_of, manifest, f"vllm-{version}.yaml", pinned[spare], declared)
     # the base itself loads: every rejection below is the mutation's doing
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"patchkit-corpus-{os.getpid()}"
     (tmp / "m").mkdir(parents=True, exist_ok=True)
