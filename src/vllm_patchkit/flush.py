@@ -13,6 +13,7 @@ import atexit
 import multiprocessing.util
 import os
 import threading
+import time
 from typing import Optional
 
 INTERVAL_ENV = "VLLM_PATCHKIT_FLUSH_SECONDS"
@@ -29,6 +30,11 @@ class Flusher:
         self._searched = 0  # the last start-up phase whose stale-copy search ran (see _search_stale)
 
     def start(self) -> "Flusher":
+        from . import process as process_mod
+
+        proc = self.loader.process  # who this process is, so `status` can tell it from a later one with its pid
+        proc.hostname, proc.boot_id = process_mod.HOSTNAME, process_mod.boot_id()
+        proc.start_ticks = process_mod.start_ticks(os.getpid())
         # vLLM's EngineCore and workers are multiprocessing children, which leave through
         # os._exit() without running atexit; their finalizers do run, so register both.
         atexit.register(self.final)
@@ -73,5 +79,7 @@ class Flusher:
         if self._stop.is_set() or os.getpid() != self._pid:
             return
         self._stop.set()
-        self.loader.process.exited = True
+        proc = self.loader.process
+        proc.exited = True
+        proc.end, proc.ended_at = "clean", time.time()
         self.loader.flush()

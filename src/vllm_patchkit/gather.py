@@ -100,6 +100,9 @@ class Gatherer:
             self._loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        from .process import keep_chained
+
+        keep_chained(self._loop)  # the API server's SIGTERM noted (a clean stop of the run), ahead of vLLM's handler
 
     def _client(self) -> Any:
         state = getattr(self.app, "state", None)

@@ -59,4 +59,7 @@ def register() -> None:
     envs.register(ev for p in loader.patch_set.patches.values() for ev in p.env_vars)
     runtime.install(loader)
     Flusher(loader).start()
+    from .process import install_end_handlers
+
+    install_end_handlers(loader)  # SIGTERM/SIGINT noted in the record (how the process ended), then chained on
     loader.run_import_stage()

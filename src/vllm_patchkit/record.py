@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
 RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
-SCHEMA_VERSION = 3  # 2: state enum, `warning` per patch, `warnings`/`error` per process; 3: state not_imported
+# 2: state enum, `warning` per patch, `warnings`/`error` per process; 3: state not_imported; 4: how the process
+# ended (`end`, `end_signal`, `ended_at`), its identity (`hostname`, `boot_id`, `start_ticks`) and the front end's
+# `shutdown` (a clean stop of the run: the signal and which processes of the run were alive then)
+SCHEMA_VERSION = 4
 
 
 class State(str, Enum):
@@ -92,6 +95,19 @@ class ProcessRecord(_Record):
     config: dict = Field(default_factory=dict)
     steps: Optional[int] = None  # calls of this process's step-counting core patch, if any
     exited: bool = False  # True once the last flush ran at interpreter exit
+    # identity, to tell this process from a later one with the same pid (written by the plugin's flusher;
+    # None in records of loaders made by hand, whose end is then not judged): /proc/<pid>/stat starttime
+    hostname: Optional[str] = None
+    boot_id: Optional[str] = None
+    start_ticks: Optional[int] = None
+    # how it ended: None (not written: running, or gone without a word), "clean" (the exit flush ran),
+    # "signal" (a signal handler noted `end_signal` and the exit flush never ran)
+    end: Optional[str] = None
+    end_signal: Optional[int] = None  # the signal noted (kept after a clean exit that followed it)
+    ended_at: Optional[float] = None
+    # front end only: a requested stop of the server (SIGTERM/SIGINT): {"signal", "at", "alive": [pids of the run
+    # alive at that moment]}; processes that vanish after it were stopped with the run, not crashed
+    shutdown: Optional[dict] = None
     patches: list[PatchRecord] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)  # process-level: no manifest pins this release, nearest used

@@ -248,6 +248,84 @@ def never_applied(run: Optional[Run]) -> dict[str, list[str]]:
     return {key: where for key, where in waited.items() if key not in applied}
 
 
+def _signame(sig) -> str:
+    import signal as signal_mod
+
+    try:
+        return f"signal {int(sig)} ({signal_mod.Signals(int(sig)).name})"
+    except (ValueError, TypeError):
+        return f"signal {sig}"
+
+
+def end_of(proc: dict) -> dict:
+    """How one process ended, as far as this host can tell: {"state": running | clean | signal | unknown,
+    "signal": N or None, "why": words, "judged": True when a vanished/killed process is a candidate problem}."""
+    from .process import HOSTNAME, boot_id, liveness
+
+    sig = proc.get("end_signal")
+    if proc.get("end") == "clean":
+        return {"state": "clean", "signal": sig,
+                "why": "exited normally" + (f" after {_signame(sig)}" if sig else "")}
+    if proc.get("start_ticks") is None:  # an older record, or a loader made by hand: no identity to check
+        return {"state": "unknown", "signal": None, "why": "no end written and no process identity recorded"}
+    if proc.get("hostname") not in (None, HOSTNAME) or ("host" in proc and proc["host"] != HOSTNAME) or \
+            proc.get("boot_id") not in (None, boot_id()):
+        return {"state": "unknown", "signal": None, "why": "on another host (or before a reboot): not checked here"}
+    live, zombie_sig = liveness(int(proc.get("pid", 0)), proc.get("start_ticks"))
+    if live == "alive":
+        return {"state": "running", "signal": None, "why": "running"}
+    if proc.get("end") == "signal":
+        return {"state": "signal", "signal": sig, "judged": True,
+                "why": f"received {_signame(sig)} and never reached its exit (then killed)"}
+    if zombie_sig:
+        return {"state": "signal", "signal": zombie_sig, "judged": True,
+                "why": f"vanished without writing its end: killed by {_signame(zombie_sig)}"}
+    why = "vanished without writing its end (killed by a signal it cannot catch, e.g. SIGKILL, or crashed)"
+    if live == "reused":
+        why += "; its pid now belongs to another process"
+    return {"state": "unknown", "signal": None, "judged": True, "why": why}
+
+
+def ends(run: Optional[Run]) -> tuple[dict[int, dict], list[str]]:
+    """Each process's end (by index in run.processes), with the run's rule applied, and the problems.
+
+    A process that vanished or died by a signal is a problem, unless the run's front end recorded a clean stop
+    (SIGTERM/SIGINT to the API server: its `shutdown`) and the process was alive at that moment: vLLM then
+    stops EngineCore and the workers itself (it force-kills them). A running EngineCore or worker whose parent
+    process of the run is gone is orphaned: a problem too. Processes with a start-up `error` are reported by it.
+    """
+    out: dict[int, dict] = {}
+    problems: list[str] = []
+    if run is None:
+        return out, problems
+    stops = [p["shutdown"] for p in run.processes if p.get("role") == "frontend" and isinstance(p.get("shutdown"), dict)]
+    alive_at_stop = {pid for st in stops for pid in st.get("alive") or []}
+    for i, proc in enumerate(run.processes):
+        e = out[i] = end_of(proc)
+        who = f"{proc.get('role')} (pid {proc.get('pid')})"
+        if not e.pop("judged", False) or proc.get("error"):
+            continue
+        e["gone"] = True
+        if stops and (proc.get("pid") in alive_at_stop or isinstance(proc.get("shutdown"), dict)):
+            e["why"] += f"; stopped with the run (alive when the clean stop by {_signame(stops[0].get('signal'))} began)"
+            e["stopped_with_run"] = True
+            continue
+        when = ("before the clean stop of the server began" if stops else
+                "while the run was serving (no clean stop of the server was recorded)")
+        problems.append(f"{who} {e['why']}, {when}")
+    by_pid = {p.get("pid"): i for i, p in enumerate(run.processes) if "host" not in p}
+    for i, proc in enumerate(run.processes):
+        if out[i]["state"] != "running" or proc.get("role") == "frontend" or proc.get("ppid") not in by_pid:
+            continue
+        j = by_pid[proc["ppid"]]
+        if j != i and (out[j]["state"] in ("clean", "signal") or out[j].get("gone")):
+            parent = run.processes[j]
+            out[i]["orphaned"] = True
+            problems.append(f"{proc.get('role')} (pid {proc.get('pid')}) is orphaned: it still runs while its parent "
+                            f"{parent.get('role')} (pid {parent.get('pid')}) is gone ({out[j]['why']})")
+    return out, problems
+
+
 def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     """Exit code and the problems behind it."""
     if run is None or not run.processes:
@@ -278,6 +356,7 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
                         f"that needed it ({', '.join(where)}): its target module was never imported there, so it was "
                         "never verified nor installed; if vLLM ran that code path it ran unpatched (a moved target, "
                         "or start-up has not imported it yet)")
+    problems += ends(run)[1]
     return (BAD if problems else OK), problems
 
 
@@ -299,6 +378,7 @@ def warnings_of(run: Optional[Run]) -> list[str]:
 
 def to_json(run: Optional[Run], min_steps: int = 8) -> str:
     code, problems = assess(run, min_steps)
+    ended = ends(run)[0]
     return json.dumps(
         {
             "run_id": run.run_id if run else None,
@@ -306,7 +386,7 @@ def to_json(run: Optional[Run], min_steps: int = 8) -> str:
             "problems": problems,
             "warnings": warnings_of(run),
             "refused": run.refused if run else [],
-            "processes": run.processes if run else [],
+            "processes": [{**p, "ended": ended.get(i)} for i, p in enumerate(run.processes)] if run else [],
         },
         indent=1,
     )
