@@ -80,7 +80,7 @@ def measure() -> list[Row]:
                 row.declared += 1
                 patch, pinned, complete = pins[place.id]
                 row.pinned += complete
-                _, judged = examine(release, patch, pinned)
+                _, judged = examine(release, patch, pinned, base)
                 flagged = [b for b in judged if b.breaking]
                 said = [f"[{b.kind.value}] {b.explain()} ({b.verdict()})" for b in flagged]
                 if truth.breaks and flagged:

@@ -34,6 +34,7 @@ class BreakageKind(str, Enum):
     wrappers_changed = "wrappers_changed"
     copy_gone = "copy_gone"
     copy_differs = "copy_differs"
+    copy_undeclared = "copy_undeclared"
     unpinned = "unpinned"
     probe_error = "probe_error"
     required_not_applicable = "required_not_applicable"
@@ -94,6 +95,9 @@ _EXPLAIN = {
     BreakageKind.copy_gone: lambda b: f"copy location gone: {b.detail}",
     BreakageKind.copy_differs:
         lambda b: f"copy location no longer holds the target: it holds {b.new}, the target is {b.old}",
+    BreakageKind.copy_undeclared:
+        lambda b: f"{b.new} holds the target by value and is not declared in `copies`: calls through it bypass "
+                  "the patch (the loader reports it as stale_copy)",
     BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
     BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
     BreakageKind.convention_mismatch: lambda b: f"the implementation does not fit the call convention: {b.detail}",

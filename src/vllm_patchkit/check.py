@@ -50,9 +50,12 @@ def target_specs(patch: Patch) -> list[str]:
     return patch.pinned_specs
 
 
-def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]]) -> tuple[
-        dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
-    """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`."""
+def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]],
+            pinned_on: Optional[Release] = None) -> tuple[dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
+    """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`.
+
+    `pinned_on`: the release the pins were read from, when at hand: a by-value copy of the target that was
+    already there is not a change of this release (pin reported it when the patch was first pinned)."""
     pins = pins or {}
     by_source = patch.source_pinned_specs
     found: dict[str, Union[Fingerprint, Missing]] = {}
@@ -82,6 +85,10 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         if spec == patch.target:
             target_id = release.identity(spec)
             out.extend(_convention(patch, got))
+            if patch.kind in (Kind.wrap, Kind.replace):
+                before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
+                out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
+                           for held in release.holders(spec) if held not in patch.copies and held not in before)
         elif is_copy and target_id is not None:
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
@@ -293,18 +300,29 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
     return _compare_entry(release, patch_set, base, newest)
 
 
+_OPENED: dict[str, tuple[Optional[Release], str]] = {}
+
+
+def pinned_release(release: Release, version: str) -> tuple[Optional[Release], str]:
+    """The release pins were read from, read statically (installed, or its wheel in the cache), or None and
+    why not; opened once per process."""
+    if _same(release, version):
+        return None, f"vLLM {version} is the release checked (its installed source differs from the pin)"
+    if version not in _OPENED:
+        try:
+            _OPENED[version] = (open_release(version), "")
+        except ReleaseError as exc:
+            _OPENED[version] = (None, f"the source of vLLM {version} is not at hand ({exc})")
+    return _OPENED[version]
+
+
 def with_source_diffs(release: Release, pinned_on: str, breakages: list[Breakage]) -> list[Breakage]:
     """Each `source_changed` with the unified diff of the copied body, from the release it was pinned on to
-    this one. The pinned release's source is read statically (installed, or its wheel in the cache); when it is
-    not at hand the finding says so instead of a diff."""
+    this one. When the pinned release's source is not at hand the finding says so instead of a diff."""
     if not any(b.kind is BreakageKind.source_changed for b in breakages):
         return breakages
-    try:
-        old: Optional[Release] = None if _same(release, pinned_on) else open_release(pinned_on)
-    except ReleaseError as exc:
-        old, why = None, f"no diff: the source of vLLM {pinned_on} is not at hand ({exc})"
-    else:
-        why = f"no diff: vLLM {pinned_on} is the release checked (its installed source differs from the pin)"
+    old, why = pinned_release(release, pinned_on)
+    why = f"no diff: {why}"
     out = []
     for b in breakages:
         if b.kind is BreakageKind.source_changed:
@@ -328,7 +346,7 @@ def _same(release: Release, version: str) -> bool:
 
 def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchResult:
     patch = patch_set.patches[base.entry.patch]
-    _, breakages = examine(release, patch, dict(base.entry.targets))
+    _, breakages = examine(release, patch, dict(base.entry.targets), pinned_release(release, base.vllm)[0])
     breakages = with_source_diffs(release, base.vllm, breakages)
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
     if any(b.breaking for b in breakages):

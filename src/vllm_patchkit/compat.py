@@ -170,7 +170,7 @@ def _override_rule(patch: Patch, b: Breakage, who: str, d) -> tuple[bool, str]:
         if d.calls_super(method):
             return False, (f"{who} calls super().{method}(...), which still binds: Python's MRO finds {b.new}; "
                            f"vLLM calls the override on the subclass as before")
-        if b.target in patch.reimplements or b.new in patch.reimplements:
+        if b.target in (patch.reimplements or ()) or b.new in (patch.reimplements or ()):
             return False, (f"{who} re-implements {method} without super(); its body is pinned by its source "
                            "(reimplements), so a change to it is judged as source_changed")
         return True, (f"{who} does not call super().{method}(...): it re-implements the method, whose definition "

@@ -13,6 +13,7 @@ from . import fingerprint as fp
 from .live import note_import
 from .schema import Fingerprint
 from .static import DirSource, Missing, StaticRelease
+from .static_copies import holders
 from .targets import MISSING, TargetError, resolve, split
 
 WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
@@ -31,6 +32,8 @@ class Release(Protocol):
     def probe_root(self) -> Any: ...
 
     def definition(self, spec: str) -> Optional[Any]: ...
+
+    def holders(self, spec: str) -> list[str]: ...
 
 
 def installed_root() -> Optional[Path]:
@@ -105,7 +108,12 @@ class LiveRelease:
 
     def definition(self, spec: str) -> Optional[Any]:
         """The parsed definition `spec` names (its source, read statically): for diffs of copied bodies."""
-        return self.static().definition(spec)
+        d = self.static().resolve(spec)
+        return None if isinstance(d, Missing) else d.node
+
+    def holders(self, spec: str) -> list[str]:
+        """The modules holding the function `spec` by value (read statically: `static_copies.py`)."""
+        return holders(self.static(), spec)
 
 
 def _live_definer(spec: str) -> Optional[str]:
@@ -150,6 +158,10 @@ class StaticView:
         """The parsed definition (`ast` node) `spec` names in this release, or None."""
         d = self.release.resolve(spec)
         return None if isinstance(d, Missing) else d.node
+
+    def holders(self, spec: str) -> list[str]:
+        """The modules holding the function `spec` by value (`static_copies.py`)."""
+        return holders(self.release, spec)
 
 
 def installed_static() -> "StaticView":

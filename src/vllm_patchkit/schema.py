@@ -160,11 +160,13 @@ class Patch(Strict):
         default_factory=list,
         description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
     )
-    reimplements: list[Annotated[str, Field(pattern=TARGET)]] = Field(
-        default_factory=list,
+    reimplements: Optional[list[Annotated[str, Field(pattern=TARGET)]]] = Field(
+        default=None,
         description="upstream bodies the implementation copies or re-implements instead of calling them (a replace's "
                     "original, a wrap that never calls `wrapped`, a subclass override that never calls super()): each "
-                    "is pinned with its normalised source digest, and any change to it is `source_changed` (breaking)",
+                    "is pinned with its normalised source digest, and any change to it is `source_changed` (breaking). "
+                    "Unset: a replace copies its target, other kinds copy nothing; `[]`: a replace that calls the "
+                    "original instead of copying it",
     )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
@@ -264,10 +266,10 @@ class Patch(Strict):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
         if self.copies and k not in (Kind.wrap, Kind.replace):
             raise ValueError("'copies' only make sense for wrap/replace")
-        if self.reimplements and k not in (Kind.wrap, Kind.replace, Kind.subclass):
+        if self.reimplements is not None and k not in (Kind.wrap, Kind.replace, Kind.subclass):
             raise ValueError(f"'reimplements' is for kinds wrap, replace and subclass (code that stands in for an "
                              f"upstream body), not {k.value!r}")
-        if len(set(self.reimplements)) != len(self.reimplements):
+        if self.reimplements and len(set(self.reimplements)) != len(self.reimplements):
             raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
@@ -281,17 +283,16 @@ class Patch(Strict):
         """Every upstream place the manifest pins for this patch: target, copies, uses, and (kind subclass)
         each overridden base method as `target.method`."""
         specs = (([self.target] if self.target else []) + list(self.copies) + list(self.uses)
-                 + [f"{self.target}.{m}" for m in self.overrides] + list(self.reimplements))
+                 + [f"{self.target}.{m}" for m in self.overrides] + list(self.reimplements or ()))
         return list(dict.fromkeys(specs))
 
     @property
     def source_pinned_specs(self) -> frozenset[str]:
-        """The places pinned with their source digest: what the implementation copies (`reimplements`), and a
-        replace's target (it stands in the target's place)."""
-        out = set(self.reimplements)
-        if self.kind is Kind.replace and self.target:
-            out.add(self.target)
-        return frozenset(out)
+        """The places pinned with their source digest: what the implementation copies (`reimplements`; unset, a
+        replace copies its target)."""
+        if self.reimplements is None:
+            return frozenset([self.target] if self.kind is Kind.replace and self.target else [])
+        return frozenset(self.reimplements)
 
     @property
     def key(self) -> str:

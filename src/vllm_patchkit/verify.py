@@ -229,7 +229,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
                                f"{patch.target}", repr(held)[:120])
             out.copies.append(copy)
     elsewhere = {patch.target, *patch.copies, *(f"{patch.target}.{m}" for m in patch.overrides)}
-    copied = [s for s in patch.reimplements if s not in elsewhere and s not in patch.uses]
+    copied = [s for s in patch.reimplements or () if s not in elsewhere and s not in patch.uses]
     for spec in [*patch.uses, *copied]:
         what = ("upstream body the implementation copies" if spec in copied
                 else "upstream callable the implementation uses")

@@ -11,7 +11,9 @@ import pytest
 
 from vllm_patchkit.contracts import BreakageKind as K
 
-from .helpers import patch_doc
+from vllm_patchkit.declare import load_patch_set
+
+from .helpers import Scenario, patch_doc, write_patches
 
 F = "toy.mod:f"
 M = "toy.mod:Runner.step"
@@ -178,8 +180,18 @@ def test_copy_through_a_relative_import_and_alias(scenario):
         "toy/core/utils.py": "def helper(cfg):\n    pass\n",
         "toy/core/engine.py": "from .utils import helper as _h\nhelper = _h\n",
     }
-    s = scenario(tree, tree, [patch_doc("p", "toy.core.utils:helper", copies=["toy.core.engine:helper"])])
+    s = scenario(tree, tree, [patch_doc("p", "toy.core.utils:helper",
+                                        copies=["toy.core.engine:_h", "toy.core.engine:helper"])])
     assert s.check().breakages == []
+    # both names hold it by value (the loader's stale search finds each): declaring one is not enough
+    t = Scenario(s.before.parent / "one", tree, tree, [])
+    one = patch_doc("p", "toy.core.utils:helper", copies=["toy.core.engine:helper"])
+    from vllm_patchkit.check import examine
+
+    from .helpers import release
+    patch = load_patch_set([write_patches(t.patch_dir.parent / "p1", [one])]).patches["p@1"]
+    _, found = examine(release(t.before, "1.0.0"), patch, None)
+    assert [(b.kind, b.new) for b in found] == [(K.copy_undeclared, "toy.core.engine:_h")]
 
 
 def test_source_changed_for_a_replace(scenario):
@@ -222,6 +234,7 @@ def test_every_kind_has_a_case():
         K.required_not_applicable,  # test_check_required_na.py
         K.value_changed, K.convention_mismatch,
         K.positional_shift, K.target_inherited,  # test_drift_wording.py
+        K.copy_undeclared,
     }
     assert covered == set(K)
 
@@ -276,3 +289,29 @@ def test_declared_param_the_release_renamed(scenario, tmp_path, monkeypatch):
                                       params=["sampled_tokens"])])
     found = [b for b in s.check().breakages if b.kind is K.convention_mismatch]
     assert [(b.parameter, b.new) for b in found] == [("sampled_tokens", "unknown_param")]
+
+
+def test_a_new_by_value_copy_of_the_target_is_copy_undeclared(scenario):
+    """A release that adds `from toy.mod import f` somewhere: calls through that module bypass a patch on
+    toy.mod:f (the loader's stale_copy); `check` finds it statically, breaking, naming the module."""
+    before = {"toy/mod.py": "def f(a):\n    pass\n", "toy/user.py": "import toy.mod\n"}
+    after = {"toy/mod.py": "def f(a):\n    pass\n", "toy/user.py": "from toy.mod import f\n\ndef g():\n    return f(1)\n",
+             "toy/local.py": "def h():\n    from toy.mod import f\n    return f(2)\n"}
+    s = scenario(before, after, [patch_doc("p", F)])
+    [b] = s.check().breakages
+    assert b.kind is K.copy_undeclared and b.new == "toy.user:f" and b.breaking
+    assert "toy.user:f holds the target by value and is not declared in `copies`" in b.explain()
+
+
+def test_a_declared_copy_is_not_copy_undeclared(scenario):
+    after = {"toy/mod.py": "def f(a):\n    pass\n", "toy/user.py": "from toy.mod import f\n"}
+    s = scenario(after, after, [patch_doc("p", F, copies=["toy.user:f"])])
+    assert s.check().breakages == []
+
+
+def test_first_pin_refuses_a_required_patch_whose_target_has_an_undeclared_copy(scenario):
+    """What the loader would report as stale at start-up, pin refuses before: declare the copy."""
+    tree = {"toy/mod.py": "def f(a):\n    pass\n", "toy/user.py": "from toy.mod import f\n"}
+    with pytest.raises(Exception) as exc:
+        scenario(tree, tree, [patch_doc("p", F, required=True)])
+    assert "toy.user:f holds the target by value" in str(exc.value)

@@ -38,7 +38,7 @@ class Declaration(_Strict):
     params: list[str] = Field(default_factory=list)
     overrides: list[str] = Field(default_factory=list)
     config_field: Optional[str] = None
-    reimplements: list[str] = Field(default_factory=list)
+    reimplements: Optional[list[str]] = None  # [] : a replace that calls the original (copies nothing)
     instances: bool = False
     value: Any = None
     value_from: Optional[str] = Field(default=None, pattern=TARGET)
@@ -142,7 +142,7 @@ def processes_for(place: Place, declaration: dict) -> list[str]:
     for prefix, roles in _ROLES:
         if module == prefix.rstrip(".") or module.startswith(prefix):
             return roles
-    raise ValueError(f"place {place.id!r}: no process role known for module {module!r}")
+    return ["frontend", "engine_core", "worker"]  # shared code (utils, platforms, layers): every role may run it
 
 
 def plugins() -> list[str]:

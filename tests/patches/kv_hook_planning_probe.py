@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import json
 import sys
 import tempfile
@@ -111,12 +112,15 @@ def main() -> None:
         got = verify(ps.patches[key], entry[key])
         out["verify"][key] = f"{got.code}: {got.reason}" if isinstance(got, Finding) else "ok"
 
-    # `vllm-patchkit check` on the imported release: every patch against the 0.33 manifest
+    # `vllm-patchkit check --live` on the imported release: every patch against the 0.33 manifest. This probe
+    # is already the isolated child `--live` would start (it imports 0.33's sources itself), so it reads in-process.
+    from vllm_patchkit import live
     from vllm_patchkit.cli import main as cli
 
+    os.environ[live.CHILD_ENV] = "1"
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = cli(["check", "--format", "json"])
+        code = cli(["check", "--live", "--format", "json"])
     doc = json.loads(buf.getvalue())
     out["check"] = {"exit": code, "release": doc["release"], "counts": doc["counts"],
                     "broken": {p["patch"]: [b["explain"] for b in p["breakages"]] for p in doc["patches"]

@@ -30,3 +30,31 @@ class PrefixCapMixin:
 
 class AtomV41SchedulerStandIn(PrefixCapMixin, Scheduler):
     """ATOM's DeepSeek-V4.1 scheduler: caps local prefix-cache hits."""
+
+
+# ATOM's fixed-signature wrappers (their shapes, as the catalogue's notes and truths describe them; not ATOM's code):
+# each calls the original with the arguments it names, so it rejects any call vLLM makes with more.
+def pool_bytes_per_block_wrapper(kv_cache_groups):
+    """ATOM wraps `_pool_bytes_per_block` with the one argument of vLLM 0.31.0."""
+    ...
+
+
+def get_parser_wrapper(cls, tool_parser_name=None, reasoning_parser_name=None, enable_auto_tools=False,
+                       model_name=None, is_harmony=False):
+    """ATOM's classmethod wrapper re-declares five keywords, without **kwargs."""
+    ...
+
+
+def get_computed_blocks_wrapper(self, request):
+    """ATOM's class-level wrapper of KVCacheManager.get_computed_blocks takes (self, request)."""
+    ...
+
+
+def get_computed_blocks_closure(self, request):
+    """ATOM's per-instance closure takes (request); bound on the object, so (self, request) at the class."""
+    ...
+
+
+def hf_config_override_wrapper(hf_config):
+    """ATOM's staticmethod replacement of SpeculativeConfig.hf_config_override takes hf_config alone."""
+    ...
