@@ -208,17 +208,19 @@ def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool, ctx
     where = init_place(place)
     raw_init = where.get_raw()
     upstream_init = cls.__init__  # through the MRO when the class has no own __init__
-    made: dict[type, Callable] = {}
+    made: dict[type, tuple[Any, Callable]] = {}  # class -> (the method as the class has it, the closure over it)
     objects = weakref.WeakSet() if cls.__weakrefoffset__ else None
     counter = applied.counter
 
     def patched_init(self, *args, **kwargs):
         upstream_init(self, *args, **kwargs)
         kind = type(self)
-        fn = made.get(kind)
-        if fn is None:
-            original = function_of(inspect_getattr_static(kind, method))
-            fn = made[kind] = build_callable(patch, original, impl, counter, count, ctx, bound=True)
+        raw = inspect_getattr_static(kind, method)
+        hit = made.get(kind)
+        if hit is None or hit[0] is not raw:  # first object of its class, or the class's method was re-bound
+            # since (a class-level wrap applied later must be inside this object's closure, not bypassed)
+            hit = made[kind] = (raw, build_callable(patch, function_of(raw), impl, counter, count, ctx, bound=True))
+        fn = hit[1]
         self.__dict__[method] = types.MethodType(fn, self)
         if objects is not None:
             objects.add(self)

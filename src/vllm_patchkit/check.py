@@ -66,6 +66,10 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         pin = pins.get(spec)
         with_digest = spec in by_source or (pin is not None and pin.source_digest is not None)
         got = release.lookup(spec, with_digest)
+        if (isinstance(got, Missing) and got.inherited_from and patch.instances and spec == patch.target):
+            # `instances: true` patches objects, whose lookup goes through the MRO: the base's method is what
+            # they call and what is compared (the loader reads it the same way: targets.resolve_through_mro)
+            got = release.lookup(got.inherited_from, with_digest)
         found[spec] = got
         if pin is not None:
             out.extend(compare(patch.key, spec, pin, got, copy=is_copy))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 MISSING = object()
 
@@ -42,6 +42,40 @@ class Place:
                 delattr(self.owner, self.attr)
             return
         setattr(self.owner, self.attr, value)
+
+
+@dataclass(frozen=True)
+class InheritedPlace(Place):
+    """A method a class has only through a base (`instances: true` patches objects, whose attribute lookup
+    goes through the MRO): read where the MRO finds it, never written here."""
+
+    definer: str = ""  # module:Base.attr, where the MRO finds it
+
+    def get_raw(self) -> Any:
+        for klass in self.owner.__mro__:
+            if self.attr in klass.__dict__:
+                return klass.__dict__[self.attr]
+        return MISSING
+
+    def set_raw(self, value: Any) -> None:
+        raise TypeError(f"{self.spec} is inherited from {self.definer}: an instances patch never writes it")
+
+
+def resolve_through_mro(spec: str) -> Optional[InheritedPlace]:
+    """`module:Class.attr` that the class has only through a base, as an InheritedPlace; else None."""
+    module_name, parts = split(spec)
+    owner: Any = sys.modules.get(module_name)
+    for part in parts[:-1]:
+        owner = getattr(owner, "__dict__", {}).get(part, MISSING)
+        if owner is MISSING:
+            return None
+    attr = parts[-1]
+    if not isinstance(owner, type) or attr in owner.__dict__:
+        return None
+    definer = next((c for c in owner.__mro__[1:] if attr in c.__dict__), None)
+    if definer is None:
+        return None
+    return InheritedPlace(spec, owner, attr, f"{definer.__module__}:{definer.__qualname__}.{attr}")
 
 
 def split(spec: str) -> tuple[str, list[str]]:

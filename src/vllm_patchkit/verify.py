@@ -18,7 +18,7 @@ from . import convention
 from . import fingerprint as fp
 from .apply import ours
 from .schema import Fingerprint, Kind, ManifestEntry, Patch
-from .targets import MISSING, Place, TargetError, load_object, resolve
+from .targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
 
 
 @dataclass
@@ -161,7 +161,10 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         try:
             place = resolve(patch.target)
         except TargetError as exc:
-            return Finding("target", str(exc), patch.target, "missing")
+            # `instances: true` patches objects: a method the class has only through a base is what they call
+            place = resolve_through_mro(patch.target) if patch.instances and "inherited" in str(exc) else None
+            if place is None:
+                return Finding("target", str(exc), patch.target, "missing")
         raw = place.get_raw()
         misfit = _kind_misfit(patch, place, raw)
         if misfit is not None:
@@ -209,7 +212,8 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         bad = _compare(patch.target, want, live, raw, patch)
         if bad is not None:
             return bad
-        replaced = _replaced_by(patch.target, fp.innermost(raw), place.owner)
+        replaced = _replaced_by(getattr(place, "definer", "") or patch.target, fp.innermost(raw),
+                                None if getattr(place, "definer", "") else place.owner)
         if replaced is not None:
             return Finding("conflict", f"{patch.target} was replaced by another object with the same signature; "
                            "refusing to patch it", patch.target, replaced)

@@ -86,3 +86,63 @@ def test_instances_is_only_for_a_method_wrap(tmp_path):
                                                processes=["frontend"]))
     with pytest.raises(PatchSetErrors, match="'instances: true' is for kind wrap of a method"):
         load_patch_set([tmp_path / "p"])
+
+
+@pytest.mark.parametrize("order", ["instances_first", "class_first"])
+def test_a_class_level_wrap_and_an_instances_patch_on_one_class_both_count_in_either_order(tmp_path, order):
+    """Issue 20: with the instances patch applied first and one object built, a class-level wrap applied next was
+    bypassed for every object built afterwards (the per-class closure cached the method as it was), while its
+    record said applied with 0 calls. Either order now: each call on a new object counts in both records."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    def class_wrap():
+        doc = patch_doc(id="cls", kind="wrap", target=TARGET, processes=["engine_core"])
+        loader = make_loader(tmp_path / "cls", {"cls": doc}, [pinned_entry("cls@1", TARGET)], role="engine_core")
+        loader.run_import_stage()
+        return loader
+
+    if order == "instances_first":
+        inst = _loader(tmp_path / "inst")
+        BlockPool(num_gpu_blocks=8, enable_caching=False, hash_block_size=16)  # an object before the class wrap
+        cls = class_wrap()
+    else:
+        cls = class_wrap()
+        inst = _loader(tmp_path / "inst")
+    assert cls.records["cls"].state == inst.records["inst"].state == "applied"
+    BlockPool(num_gpu_blocks=8, enable_caching=False, hash_block_size=16).get_new_blocks(2)
+    cls.sync_calls(), inst.sync_calls()
+    assert (inst.records["inst"].calls, cls.records["cls"].calls) == (1, 1)
+    inst.unpatch(), cls.unpatch()
+
+
+def test_an_instances_patch_on_a_method_the_class_inherits(tmp_path):
+    """Issue 20 (ATOM patches HybridKVCacheCoordinator.cache_blocks on its object; vLLM 0.32 moved the method
+    to the base KVCacheCoordinator): objects look methods up through the MRO, so the loader applies (pinned as
+    the MRO finds it, like `check` and `pin`) and counts calls on objects of the class."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    write_module(tmp_path, "patchkit_subpool", "from vllm.v1.core.block_pool import BlockPool\n"
+                                                     "class SubPool(BlockPool):\n    pass\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import patchkit_subpool
+
+        spec = "patchkit_subpool:SubPool.get_new_blocks"
+        doc = patch_doc(id="sub", kind="wrap", target=spec, instances=True, processes=["engine_core"])
+        entry = pinned_entry("sub@1", TARGET)
+        entry["targets"] = {spec: entry["targets"][TARGET]}  # pinned as the MRO finds it: BlockPool's
+        loader = make_loader(tmp_path / "l", {"sub": doc}, [entry], role="engine_core")
+        loader.run_import_stage()
+        rec = loader.records["sub"]
+        assert rec.state == "applied", rec
+        patchkit_subpool.SubPool(num_gpu_blocks=8, enable_caching=False, hash_block_size=16).get_new_blocks(1)
+        BlockPool(num_gpu_blocks=8, enable_caching=False, hash_block_size=16).get_new_blocks(1)  # not a SubPool
+        loader.sync_calls()
+        assert rec.calls == 1
+        loader.unpatch()
+        assert "__init__" not in patchkit_subpool.SubPool.__dict__
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("patchkit_subpool", None)
