@@ -35,6 +35,7 @@ class BreakageKind(str, Enum):
     copy_gone = "copy_gone"
     copy_differs = "copy_differs"
     copy_undeclared = "copy_undeclared"
+    misdeclared = "misdeclared"
     unpinned = "unpinned"
     probe_error = "probe_error"
     required_not_applicable = "required_not_applicable"
@@ -98,6 +99,7 @@ _EXPLAIN = {
     BreakageKind.copy_undeclared:
         lambda b: f"{b.new} holds the target by value and is not declared in `copies`: calls through it bypass "
                   "the patch (the loader reports it as stale_copy)",
+    BreakageKind.misdeclared: lambda b: f"declaration does not fit the place: {b.detail}",
     BreakageKind.unpinned: lambda b: f"no pin: {b.detail}",
     BreakageKind.probe_error: lambda b: f"retirement probe failed: {b.detail}",
     BreakageKind.convention_mismatch: lambda b: f"the implementation does not fit the call convention: {b.detail}",

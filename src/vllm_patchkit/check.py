@@ -30,6 +30,7 @@ from typing import Any, Optional, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from . import misdeclared
 from .breakage import Breakage, BreakageKind
 from .compat import judge_all
 from .declare import PatchSet
@@ -88,6 +89,12 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             continue
         if spec == patch.target:
             target_id = release.identity(spec)
+            why = misdeclared.class_target(patch.kind.value, spec, got.kind)
+            if why is None and patch.kind in (Kind.wrap, Kind.replace) and target_id is not None:
+                why = misdeclared.held_by_value(spec, target_id[1])
+            if why is not None:
+                out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
+                continue
             out.extend(_convention(patch, got))
             if patch.kind in (Kind.wrap, Kind.replace):
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()

@@ -72,6 +72,7 @@ _ALWAYS = {
     K.copy_gone: "a declared copy is gone: the declaration is out of date",
     K.copy_differs: "a declared copy no longer holds the target",
     K.copy_undeclared: "vLLM calls through a copy the patch does not reach: declare it in `copies`",
+    K.misdeclared: "the loader refuses this declaration at start-up",
     K.unpinned: "no pin to judge against",
     K.probe_error: "the retirement probe failed",
     K.required_not_applicable: "a required patch is marked not applicable",

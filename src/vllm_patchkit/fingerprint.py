@@ -107,6 +107,8 @@ def raw_kind(raw: Any, owner_is_class: bool) -> str:
         return "classmethod"
     if isinstance(raw, type):
         return "class"
+    if type(raw).__module__ == "typing" or type(raw).__name__ == "GenericAlias":
+        return "attribute"  # a type alias (`X = Literal[...]`, `list[int]`): callable, but a value, as read statically
     if callable(raw):
         return "method" if owner_is_class else "function"
     return "attribute"

@@ -18,6 +18,7 @@ from . import convention
 from . import fingerprint as fp
 from .apply import ours
 from .schema import Fingerprint, Kind, ManifestEntry, Patch
+from . import misdeclared
 from .targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
 
 
@@ -85,9 +86,9 @@ def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
     if isinstance(raw, property):
         what, found, remedy = ("a property", "property", "`wrap` wraps a property's getter and keeps it a property; "
                                "`replace` would put a function in its place; declare kind: set for a value")
-    elif isinstance(raw, type):
-        what, found, remedy = "a class", "class", ("a function in its place breaks isinstance, subclassing and its "
-                                                   "class attributes; wrap its __init__ or a method instead")
+    elif isinstance(raw, type):  # the words `check` uses (misdeclared.py)
+        return Finding("kind", misdeclared.class_target(patch.kind.value, patch.target, "class"),
+                       "a function or method", "class")
     elif not callable(raw):
         if hasattr(t, "__get__"):
             what, found, remedy = (f"a {tname} descriptor, not a function", tname,
@@ -141,6 +142,24 @@ def _replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
             return (f"{func.__module__}:{func.__qualname__} (code at {code.co_filename}:{code.co_firstlineno}, "
                     f"which is not the def of {func.__name__})")
     return None
+
+
+def _held_by_value(patch: Patch, func: Any) -> Optional[Finding]:
+    """The target names a function imported (or aliased) by value from where it is defined: the same rule and
+    words as `check` (misdeclared.py). Told apart from a replacement: the place the function's own
+    `__module__:__qualname__` names holds this very object."""
+    if patch.kind not in (Kind.wrap, Kind.replace) or type(func) is not types.FunctionType:
+        return None
+    defined_at = f"{func.__module__}:{func.__qualname__}"
+    if defined_at == patch.target or "<" in func.__qualname__:
+        return None
+    try:
+        home = resolve(defined_at, import_module=False)
+    except TargetError:
+        return None
+    if fp.innermost(home.get_raw()) is not func:
+        return None
+    return Finding("target", misdeclared.held_by_value(patch.target, defined_at), patch.target, defined_at)
 
 
 def _initializing(spec: str) -> bool:
@@ -212,6 +231,9 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         bad = _compare(patch.target, want, live, raw, patch)
         if bad is not None:
             return bad
+        by_value = _held_by_value(patch, fp.innermost(raw))
+        if by_value is not None:
+            return by_value
         replaced = _replaced_by(getattr(place, "definer", "") or patch.target, fp.innermost(raw),
                                 None if getattr(place, "definer", "") else place.owner)
         if replaced is not None:

@@ -1,0 +1,32 @@
+"""Declarations that name the wrong place or the wrong kind of object: one rule, two readers.
+
+The loader reads the live object at start-up (`verify.py`), `check` and `pin` read the release's source
+(`check.examine`); both ask the functions here, so a declaration one refuses the other refuses too, in the
+same words (issue 20: `check` said ok for a `wrap` of a class and for a name imported by value, which the
+loader then refused, the second time with an untrue "replaced by another object").
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+#: what a `wrap`/`replace` can stand on (fingerprint kinds)
+FUNCTION_KINDS = frozenset({"function", "method", "staticmethod", "classmethod"})
+
+
+def class_target(patch_kind: str, target: str, target_kind: str) -> Optional[str]:
+    """Why a wrap/replace cannot be installed at `target` when it is a class; None when it is not one."""
+    if patch_kind not in ("wrap", "replace") or target_kind != "class":
+        return None
+    return (f"{target} is a class; `{patch_kind}` supports functions and methods only (a function in its place "
+            "breaks isinstance, subclassing and its class attributes; wrap its __init__ or a method instead)")
+
+
+def held_by_value(target: str, defined_at: str) -> Optional[str]:
+    """Why `target` cannot be the declared target when the object there is defined at `defined_at` (imported
+    by value, or an alias); None when it is defined where it is named."""
+    if defined_at == target:
+        return None
+    return (f"{target} holds {defined_at} by value (imported or aliased there, not defined there): patching it "
+            f"would leave every other holder calling the original; declare the target as {defined_at} and list "
+            f"{target} in `copies`")
