@@ -351,6 +351,12 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
             for f in rec.get("findings") or []:
                 if f.get("code") == "shadowed":
                     problems.append(f"{where}: shadowed by {f.get('by')} (can never run)")
+                if (f.get("code") == "stale_copy" and rec.get("required") and rec.get("state") == "applied"
+                        and str(f.get("where", "")).startswith("vllm.")):
+                    # vLLM's own module calls the original through it: the required patch is bypassed there
+                    problems.append(f"{where}: stale copy at {f['where']}: vLLM calls the original through it, "
+                                    "bypassing this required patch (declare it in `copies`; `vllm-patchkit check` "
+                                    "lists every such copy as copy_undeclared)")
     for key, where in never_applied(run).items():
         problems.append(f"{key}: required patch applied in no process of this run: not_imported in every process "
                         f"that needed it ({', '.join(where)}): its target module was never imported there, so it was "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+from pathlib import Path
 
 import pytest
 import wrapt
@@ -61,6 +63,20 @@ def test_undeclared_copy_is_reported_stale(tmp_path, modules):
     assert rec.state == "applied"
     assert {"code": "stale_copy", "where": KV_COPY} == {k: rec.findings[0][k] for k in ("code", "where")}
     assert core.get_kv_cache_configs is not kvu.get_kv_cache_configs  # the copy really was missed
+
+
+def test_a_required_patch_bypassed_through_a_stale_copy_in_vllm_fails_status(tmp_path, modules):
+    """A required patch that vLLM's own module calls around (a by-value copy nobody declared) is not in effect
+    there: `status` exits 1 naming the copy (it said OK before: the finding was only listed)."""
+    from vllm_patchkit import status
+
+    loader = make_loader(tmp_path, {"kv": kv_patch(required=True)}, [pinned_entry("kv@1", KV)])
+    loader.run_import_stage()
+    loader.flush()
+    run = status.load_run(Path(os.environ["VLLM_PATCHKIT_STATUS_DIR"]), None)
+    code, problems = status.assess(run)
+    assert code == status.BAD
+    assert any(f"stale copy at {KV_COPY}" in p and "bypassing this required patch" in p for p in problems), problems
 
 
 def test_apply_twice_changes_nothing(tmp_path, modules):
