@@ -25,6 +25,8 @@ KNOBS = [
            doc="0 installs every wrapper without its call counter (per patch: `count_calls: false`); inert detection then cannot judge."),
     EnvVar(name="VLLM_PATCHKIT_CACHE_DIR", default=None,
            doc="Where start-up caches go (the validated patch sets and manifests, live fingerprints, a dependency's folders), reused by every vLLM process of the installation and recomputed whenever a file they depend on changes. Default: $XDG_CACHE_HOME/vllm-patchkit/startup, else ~/.cache/vllm-patchkit/startup (created 0700; only this user's files are read). `off` turns them off."),
+    EnvVar(name="VLLM_PATCHKIT_MAX_RECORD_BYTES", default="4194304",
+           doc="Largest record file `vllm-patchkit status`, GET /patchkit/status and /metrics read (bytes); a larger one is refused by its size without being read, with a warning naming it."),
     EnvVar(name="VLLM_PATCHKIT_EXTRA_PATCHES", default=None,
            doc="Extra patch folders (os.pathsep-separated), e.g. a plugin's own; each may hold a manifests/ folder pinning its patches."),
 ]
