@@ -2,6 +2,13 @@
 
     python benchmarks/static_check.py --wheel /path/to/vllm-0.33.0-*.whl [--repeat 5]
     python benchmarks/static_check.py --vllm 0.33.0        # the wheel from $VLLM_PATCHKIT_WHEEL_CACHE
+    python benchmarks/static_check.py --vllm 0.33.0 --corpus atom   # a real plugin's set (tests/corpus/)
+
+With `--corpus PLUGIN`: that corpus plugin's declarations (ROCm/ATOM's: 97 patches, 87 places; their
+implementation stand-ins import vLLM, and are read from their source, never imported) are pinned on 0.31.0
+(not timed), then checked cold against the wheel, each run in a fresh process-wide state of the reader: CPU
+seconds (`time.process_time`) side by side with the cyclic garbage collector left on during parsing (what the
+reader did before) and paused (what it does now); the run also asserts nothing of vLLM was imported.
 
 Figures printed:
 - `check (cold)`: `vllm-patchkit check` of the whole shipped patch set against the
@@ -39,10 +46,13 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", help="compare with this release's pins (default: the oldest manifest, so every "
                     "pinned target is looked up, moved ones included)")
     ap.add_argument("--no-sweep", action="store_true", help="skip fingerprinting every def of the release")
+    ap.add_argument("--corpus", metavar="PLUGIN", help="check this corpus plugin's set (tests/corpus/PLUGIN)")
     args = ap.parse_args(argv)
     wheel = args.wheel or (cached_wheel(args.vllm) if args.vllm else None)
     if wheel is None or not Path(wheel).is_file():
         ap.error("give --wheel PATH, or --vllm VERSION with the wheel in $VLLM_PATCHKIT_WHEEL_CACHE")
+    if args.corpus:
+        return corpus(Path(wheel), args.corpus, max(1, args.repeat))
 
     ps = load_patch_set(builtin_patch_dirs())
     manifests, paths = read_manifests(builtin_manifest_dir(), ps)
@@ -86,6 +96,50 @@ def main(argv=None) -> int:
         print(f"sweep          {len(specs):,} functions, classes and methods in {mods:,} modules: "
               f"{total:.2f} s ({_ms(parsed)} reading and parsing, {total / len(specs) * 1e6:,.1f} us per def); "
               f"{missing} unreadable")
+    return 0
+
+
+def corpus(wheel: Path, plugin: str, repeat: int) -> int:
+    """A cold check of one corpus plugin's declarations against the wheel: CPU seconds, GC on vs paused."""
+    import contextlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.corpus.catalogue import load
+    from vllm_patchkit import static as static_mod
+    from vllm_patchkit.check import examine
+    from vllm_patchkit.releases import open_release
+
+    cat = load(plugin)
+    base = open_release("0.31.0")
+    pinned = []
+    for place in cat.places:
+        if place.declaration is not None:
+            patch = cat.patch(place)
+            found, _ = examine(base, patch, None)
+            pinned.append((patch, {s: f for s, f in found.items() if not isinstance(f, Missing)}))
+    places = len({s for p, _ in pinned for s in p.pinned_specs})
+    paused = static_mod.gc_paused
+
+    def one(gc_paused: bool) -> tuple[float, int]:
+        static_mod.gc_paused = paused if gc_paused else contextlib.nullcontext
+        t0 = time.process_time()
+        rel = StaticView(StaticRelease.open(wheel))
+        n = sum(len(examine(rel, p, pins)[1]) for p, pins in pinned)
+        cpu = time.process_time() - t0
+        rel.release.source.close()
+        return cpu, n
+
+    figures = {True: [], False: []}
+    for _ in range(repeat):
+        for mode in (False, True):
+            figures[mode].append(one(mode))
+    static_mod.gc_paused = paused
+    assert not any(m == "vllm" or m.startswith("vllm.") for m in sys.modules), "the check imported vLLM"
+    on, off = (statistics.median(c for c, _ in figures[m]) for m in (False, True))
+    print(f"corpus         {plugin}: {len(pinned)} patches, {places} pinned places, pins of vLLM 0.31.0")
+    print(f"wheel          {wheel.name}; {figures[True][0][1]} findings")
+    print(f"check (cold)   GC paused while parsing: median {off:.2f} s CPU; GC on: {on:.2f} s CPU "
+          f"({on / off:.1f}x) over {repeat} runs each, interleaved; nothing of vLLM imported")
     return 0
 
 
