@@ -50,3 +50,101 @@ class RequiredPatchUnavailable(PatchkitError, RuntimeError):
     def __init__(self, record, message: str):
         self.record = record
         super().__init__(message)
+
+
+# -- remedies: what the message of a needed required patch that cannot apply offers ----------------
+# Every remedy offered here is one the code honours (tests/reliability/test_remedies.py does what each
+# message says): `VLLM_PATCHKIT_ALLOW_UNPATCHED` skips the patch, loudly, for every failure class below
+# (loader.py `_allowed`); "a release it is pinned for" names only releases other than the installed one.
+ALLOW_ENV = "VLLM_PATCHKIT_ALLOW_UNPATCHED"
+
+
+def _same_release(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return a == b
+    return va == vb or Version(va.base_version) == Version(vb.base_version)
+
+
+def other_releases(pid: str, installed: str, manifests: dict) -> list[str]:
+    """Releases other than the installed one whose manifest lists some version of the patch, oldest first.
+    `manifests`: release -> a `Manifest` or a `manifest.Loaded`."""
+    from packaging.version import Version
+
+    out = []
+    for v, m in manifests.items():
+        m = getattr(m, "manifest", m)
+        if _same_release(v, installed):
+            continue
+        if any(e.patch.split("@")[0] == pid for e in m.patches):
+            out.append(v)
+    return sorted(out, key=Version)
+
+
+def _elsewhere(pid: str, installed: str, manifests: dict) -> tuple[str, str]:
+    """(a remedy naming the other releases that pin the patch, or "", and a sentence when none does)."""
+    others = other_releases(pid, installed, manifests)
+    if others:
+        return f"use a vLLM release it is pinned for ({', '.join(others)})", ""
+    return "", f"No vLLM release other than {installed} pins it. "
+
+
+def allow_remedy(pid: str) -> str:
+    return (f"or, at your own risk, set {ALLOW_ENV}={pid} (or `all`) to serve without it: the patch is then "
+            "skipped, logged as a warning and listed under `warnings` by `vllm-patchkit status` (a warning never changes its exit code)")
+
+
+# failure code -> what fixes it (the installed release is `{v}`, the patch id `{pid}`)
+_FIX = {
+    "unavailable": "port it: `vllm-patchkit pin --vllm {v}` (a new patch version if the change is breaking), "
+                   "review, commit",
+    "target": "upstream moved or removed it: `vllm-patchkit check --vllm {v}` says where it went; write a patch "
+              "version that fits vLLM {v} and pin it",
+    "copy": "upstream no longer holds it by value there: `vllm-patchkit check --vllm {v}` names the place; remove it "
+            "from `copies` in a new patch version and pin it",
+    "uses": "an upstream callable the implementation uses or copies changed: `vllm-patchkit check --vllm {v}` shows "
+            "the change; adapt the implementation in a new patch version and pin it",
+    "kind": "the target is not a function here: declare the kind that fits it (a new patch version) and pin it",
+    "unpinned": "the manifest for vLLM {v} has no pin for it: `vllm-patchkit pin --vllm {v}`, review, commit",
+    "fingerprint": "the vLLM installed here differs from the one its manifest pinned: `vllm-patchkit check --live` "
+                   "shows the difference as the loader sees it; if this vLLM is the one to serve, adapt the patch "
+                   "(a new version if the change is breaking) and re-pin it (`vllm-patchkit pin --vllm {v}`)",
+    "conflict": "someone else's code stands at the target (found above): remove that plugin or keep it from "
+                "loading (`VLLM_PLUGINS` lists the general plugins vLLM loads), or agree with its authors on one "
+                "change; another vLLM release or a new pin does not help",
+    "replaced_after_apply": "a plugin loaded after vllm-patchkit replaced the patched object (found above): remove "
+                            "that plugin or keep it from loading (`VLLM_PLUGINS`), or agree with its authors on one "
+                            "change",
+    "implementation": "fix the patch's implementation module (it must import and define a callable); "
+                      "`vllm-patchkit check` reports the same",
+    "convention": "fix the implementation's signature to take the calls vLLM makes (the reason names the "
+                  "parameter); `vllm-patchkit check` reports the same",
+    "value_from": "fix the patch's `value_from` object (it must import)",
+    "override": "define the override the patch declares, or remove it from `overrides` (a new patch version)",
+    "undeclared_override": "list the override in `overrides` (a new patch version) and pin it",
+    "config_field": "fix `config_field`, or the value someone else put in that field",
+    "requires": "make the patch it requires apply first (its own row says why it did not)",
+    "apply": "installing it raised: report a bug with this message",
+}
+
+# failures another vLLM release could cure (the target or its pin); the rest are the plugin's or someone else's
+_RELEASE_BOUND = frozenset({"unavailable", "target", "copy", "uses", "kind", "unpinned", "fingerprint"})
+
+
+def remedies(code: str, pid: str, installed: str, manifests: dict) -> str:
+    """The remedies a message offers for a needed required patch that failed with `code` on `installed`."""
+    parts, lead = [], ""
+    if code in _RELEASE_BOUND:
+        other, lead = _elsewhere(pid, installed, manifests)
+        if other:
+            parts.append(other)
+    fix = _FIX.get(code)
+    if fix:
+        parts.append(fix.format(v=installed, pid=pid))
+    allow = allow_remedy(pid)
+    if not parts:
+        return f"{lead}Remedy: {allow[len('or, '):]}."
+    return f"{lead}Remedies: {'; or '.join(parts)}; {allow}."

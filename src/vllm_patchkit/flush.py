@@ -1,8 +1,9 @@
 """Flushing: counts reach the status directory with bounded staleness, and on exit.
 
 A daemon thread wakes every `VLLM_PATCHKIT_FLUSH_SECONDS` and rewrites the
-process's record file only when some count changed, so the hot path does no
-flush work at all. At interpreter exit (a clean stop, or vLLM's SIGTERM
+process's record file only when some count changed (or an applied patch was
+found replaced by someone else since: `Loader.check_in_place`), so the hot path
+does no flush work at all. At interpreter exit (a clean stop, or vLLM's SIGTERM
 handlers raising SystemExit) one last flush loses no call. A SIGKILL loses at
 most one interval.
 """
@@ -53,8 +54,9 @@ class Flusher:
         if os.getpid() != self._pid:
             return False  # a forked child must never overwrite its parent's file
         found = self._search_stale()
+        replaced = self._check_in_place()
         total = self.loader.sync_calls()
-        if total == self._last and not found:
+        if total == self._last and not found and not replaced:
             return False
         self._last = total
         return self.loader.flush() is not None
@@ -73,6 +75,20 @@ class Flusher:
             import logging
 
             logging.getLogger("vllm.patchkit").warning("vllm-patchkit: stale-copy search failed: %s", exc)
+            return 0
+
+    def _check_in_place(self) -> int:
+        """Applied patches whose object a later `setattr` replaced (`Loader.check_in_place`): each becomes a
+        `replaced_after_apply` failure, written at this flush."""
+        check = getattr(self.loader, "check_in_place", None)
+        if check is None:
+            return 0
+        try:
+            return check()
+        except Exception as exc:  # a check must never stop the flusher
+            import logging
+
+            logging.getLogger("vllm.patchkit").warning("vllm-patchkit: in-place check failed: %s", exc)
             return 0
 
     def final(self) -> None:

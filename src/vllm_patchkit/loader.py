@@ -24,11 +24,12 @@ from typing import Any, Iterable, Optional
 
 from . import manifest as manifests_mod
 from . import runtime
-from .availability import Unavailable, allowed_unpatched, refusal_message, remedies, unavailable
+from .availability import Unavailable, allowed_unpatched, refusal_message, unavailable
 from .apply import Applied, install, set_env_default
 from .context import PatchContext
 from .declare import PatchSet, load_patch_set, manifest_dirs
-from .errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed, RequiredPatchUnavailable
+from .errors import (DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed, RequiredPatchUnavailable,
+                     remedies)
 from .patchsets import CORE, discover
 from .preconditions import (Facts, config_facts, current_platform_name, held, unmet_at_config, unmet_at_import,
                             version_matches)
@@ -361,7 +362,7 @@ class Loader:
 
     def _refuse_unavailable(self, patch: Patch, why: Unavailable, why_needed: str):
         rec = self.records[patch.id]
-        remedy = remedies(patch.id, self.vllm_version, self.manifests)
+        remedy = remedies("unavailable", patch.id, self.vllm_version, self.manifests)
         message = refusal_message(patch.key, self.vllm_version, why_needed, why.reason, remedy)
         rec.set(REFUSED, "unavailable", message, "an entry in the manifest for this release", why.code)
         rec.detail["remedy"] = remedy
@@ -369,6 +370,22 @@ class Loader:
         log.error("%s", message)
         self.flush()
         raise RequiredPatchUnavailable(rec, message)
+
+    def _required_failed(self, patch: Patch, code: str, reason: str, expected: Any = None,
+                         found: Any = None) -> PatchRecord:
+        """A needed required patch cannot apply (`code`): failed, with the remedies its class has; or, when
+        $VLLM_PATCHKIT_ALLOW_UNPATCHED names it (or `all`), skipped loudly as the remedies promise."""
+        rec = self.records[patch.id]
+        if allowed_unpatched(patch.id):
+            rec.set(SKIPPED, "unpatched_allowed", f"needed here but failed ({code}): {reason}; served without it "
+                    "because VLLM_PATCHKIT_ALLOW_UNPATCHED names it", expected, found)
+            rec.detail["failure"] = code
+            self._warn(rec, f"REQUIRED patch {patch.key} is needed here but failed ({code}): {reason}; serving "
+                            "WITHOUT it because VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
+            return rec
+        rec.set(FAILED, code, reason, expected, found)
+        rec.detail["remedy"] = remedies(code, patch.id, self.vllm_version, self.manifests)
+        return rec
 
     def _warn(self, rec: PatchRecord, message: str) -> None:
         rec.warning = message
@@ -397,7 +414,7 @@ class Loader:
             if drec.state != APPLIED and drec.detail.get("decided") != "apply":
                 reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
                 if patch.required:  # needed and required: a missing dependency must not read as a skip
-                    return rec.set(FAILED, "requires", reason, f"{dep} applied", drec.state)
+                    return self._required_failed(patch, "requires", reason, f"{dep} applied", drec.state)
                 rec.set(SKIPPED, "requires", reason, f"{dep} applied", drec.state)
                 self._warn(rec, f"optional patch {patch.key} is needed here but {reason}")
                 return rec
@@ -439,10 +456,10 @@ class Loader:
             else:
                 result.selection, result.already = sel, sel.already
         if isinstance(result, Finding):
-            rec.set(FAILED, result.code, result.reason, result.expected, result.found)
             rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
             if patch.required:
-                rec.detail["remedy"] = remedies(patch.id, self.vllm_version, self.manifests)
+                return self._required_failed(patch, result.code, result.reason, result.expected, result.found)
+            rec.set(FAILED, result.code, result.reason, result.expected, result.found)
             return rec
         rec.detail["decided"] = "apply"
         return result
@@ -616,7 +633,10 @@ class Loader:
             else:
                 applied = Applied(patch)
         except Exception as exc:  # an install error is recorded, never swallowed
-            rec.set(FAILED, "apply", f"{type(exc).__name__}: {exc}")
+            if patch.required:
+                self._required_failed(patch, "apply", f"{type(exc).__name__}: {exc}")
+            else:
+                rec.set(FAILED, "apply", f"{type(exc).__name__}: {exc}")
             return
         if applied is not None:
             self.applied[patch.id] = applied
@@ -749,10 +769,58 @@ class Loader:
                 log.warning("vllm-patchkit: %s: %s is selected but vLLM never built it", rec.patch,
                             applied.patch.implementation)
 
+    def check_in_place(self) -> int:
+        """Every applied wrap/replace must still stand at its places: a plugin loaded after this loader ran may
+        have put its own object there (`setattr`), and the patch then runs no more while its row said
+        `applied`. Such a patch becomes a failure (`replaced_after_apply`, naming what stands there now); a
+        required one is a problem for `status` (exit 1) unless VLLM_PATCHKIT_ALLOW_UNPATCHED names it. Run at
+        every flush (the flusher's periodic tick, the stage ends, exit); a few attribute reads per patch.
+        Returns the patches newly found replaced."""
+        from .apply import MARK, function_of
+
+        new = 0
+        for pid, applied in list(self.applied.items()):
+            rec = self.records.get(pid)
+            if (rec is None or rec.state != APPLIED or applied.installed is None
+                    or applied.patch.kind not in (Kind.wrap, Kind.replace)):
+                continue
+            for place, original in list(applied.places):
+                try:
+                    now = function_of(place.get_raw())
+                except Exception:
+                    continue
+                obj, seen = now, set()
+                while obj is not applied.installed and hasattr(obj, "__wrapped__") and id(obj) not in seen:
+                    seen.add(id(obj))  # a layer stacked on ours (another patch, a decorator) still calls ours
+                    obj = obj.__wrapped__
+                if obj is applied.installed:
+                    continue
+                from .verify import replaced_in_place
+
+                site = replaced_in_place(now)
+                applied.places.remove((place, original))  # never put vLLM's original back over that object
+                reason = (f"{place.spec} no longer holds this patch's {'wrapper' if applied.patch.kind is Kind.wrap else 'replacement'}: "
+                          f"after it was applied, something replaced it with {site} (a plugin loaded later, a "
+                          f"`setattr`), so the patch no longer runs there ({applied.counter.calls} call(s) before "
+                          "it was noticed)")
+                expected = f"{applied.patch.key} installed at {place.spec}"
+                found = site if getattr(now, MARK, None) is None else f"{site} (another patch: {getattr(now, MARK)})"
+                if applied.patch.required:
+                    self._required_failed(applied.patch, "replaced_after_apply", reason, expected, found)
+                else:
+                    rec.set(FAILED, "replaced_after_apply", reason, expected, found)
+                    self._warn(rec, f"optional patch {rec.patch} failed (replaced_after_apply): {reason}")
+                if rec.state == FAILED:
+                    log.error("vllm-patchkit: %s: %s", rec.patch, reason)
+                new += 1
+                break
+        return new
+
     def flush(self) -> Optional[Path]:
         """Write this process's records; a failure to write is a warning, never fatal."""
         if not self.write_records:
             return None
+        self.check_in_place()
         self.sync_calls()
         self.process.updated = time.time()
         self.process.patches = list(self.records.values())

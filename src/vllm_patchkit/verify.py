@@ -144,6 +144,137 @@ def _replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
     return None
 
 
+# -- someone else's code at a target: which distribution, which file and line ---------------------------
+_DISTS: dict[str, Optional[str]] = {}
+
+
+def distribution_of(path: Optional[str]) -> Optional[str]:
+    """`name version` of the installed distribution whose files hold `path` (its RECORD, or an editable
+    install's folder), None when none does. Read only on a failure path (~0.2-1 s: every distribution's
+    metadata), remembered per file."""
+    if not path or path.startswith("<"):
+        return None
+    real = os.path.realpath(path)
+    if real in _DISTS:
+        return _DISTS[real]
+    import importlib.metadata as md
+    import json
+
+    def name(d) -> str:
+        return f"{d.metadata['Name']} {d.version}"
+
+    def holds(d) -> bool:
+        try:
+            files = d.files or []
+        except Exception:
+            return False
+        base = os.path.basename(real)
+        return any(f.name == base and os.path.realpath(str(d.locate_file(f))) == real for f in files)
+
+    found = None
+    try:
+        candidates: list[str] = []
+        for entry in sys.path:  # the top-level name under the path entry holding it: that distribution first
+            root = os.path.realpath(entry or os.getcwd())
+            if real.startswith(root + os.sep):
+                top = os.path.relpath(real, root).split(os.sep)[0]
+                top = top[:-3] if top.endswith(".py") else top
+                candidates += md.packages_distributions().get(top, [])
+                break
+        seen = set()
+        for cand in candidates:
+            if cand in seen:
+                continue
+            seen.add(cand)
+            try:
+                d = md.distribution(cand)
+            except md.PackageNotFoundError:
+                continue
+            if holds(d):
+                found = name(d)
+                break
+        if found is None:
+            for d in md.distributions():
+                try:
+                    url = json.loads(d.read_text("direct_url.json") or "{}")
+                except Exception:
+                    url = {}
+                where = url.get("url", "")
+                if url.get("dir_info", {}).get("editable") and where.startswith("file://"):
+                    folder = os.path.realpath(where[len("file://"):])
+                    if real.startswith(folder + os.sep):
+                        found = name(d)
+                        break
+                if holds(d):
+                    found = name(d)
+                    break
+    except Exception:  # metadata we cannot read: say so rather than fail the verification
+        found = None
+    _DISTS[real] = found
+    return found
+
+
+def code_site(obj: Any) -> tuple[str, Optional[str], Optional[int]]:
+    """(`module:qualname`, file, first line) of the code behind `obj` (a function, a method, a callable object)."""
+    obj = obj.__func__ if isinstance(obj, (staticmethod, classmethod, types.MethodType)) else obj
+    if isinstance(obj, property):
+        obj = obj.fget
+    label = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+    code = getattr(obj, "__code__", None)
+    if isinstance(code, types.CodeType):
+        return label, code.co_filename, code.co_firstlineno
+    t = type(obj)
+    file = getattr(sys.modules.get(t.__module__), "__file__", None)
+    return f"{t.__module__}:{t.__qualname__} object", file, None
+
+
+def describe_site(obj: Any) -> str:
+    """`module:qualname at file:line (distribution NAME VERSION)`, or `(in no installed distribution)`."""
+    label, file, line = code_site(obj)
+    where = f"{file}:{line}" if file and line else (file or "no source file")
+    dist = distribution_of(file)
+    return f"{label} at {where} ({f'distribution {dist}' if dist else 'in no installed distribution'})"
+
+
+def _outside_upstream(file: Optional[str], upstream_module: str) -> bool:
+    """Code in neither the upstream package, its declared dependencies nor the stdlib (fingerprint's rule)."""
+    if not file or file.startswith("<"):
+        return False
+    top = upstream_module.split(".")[0]
+    path = os.path.abspath(file)
+
+    def inside(roots) -> bool:
+        return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+    if inside([os.path.abspath(p) for p in getattr(sys.modules.get(top), "__path__", [])]):
+        return False
+    return not inside(fp.upstream_code_roots(top))
+
+
+def foreign_replacement(patch: Patch, spec: str, raw: Any) -> Optional[Finding]:
+    """The object at a wrap/replace target is not upstream's at all: its code lives outside the upstream
+    package (another plugin's `setattr`). A conflict naming the distribution and file:line, judged before the
+    fingerprint, whose difference (an added parameter, ...) would otherwise send the user to re-pin."""
+    if patch.kind not in (Kind.wrap, Kind.replace):
+        return None
+    func = fp.innermost(raw)
+    if type(func) is not types.FunctionType or ours(func):
+        return None
+    _, file, _ = code_site(func)
+    if not _outside_upstream(file, spec.partition(":")[0]):
+        return None
+    site = describe_site(func)
+    return Finding("conflict", f"{spec} was replaced by code outside vLLM: {site}; another plugin put its own "
+                               "object there (a `setattr`), so the pin cannot be compared and patching it would "
+                               "change that plugin's code; refusing to patch it",
+                   f"vLLM's {spec}", site)
+
+
+def replaced_in_place(now: Any) -> str:
+    """What stands where an applied patch's object was (for `replaced_after_apply`)."""
+    return describe_site(now)
+
+
 def _held_by_value(patch: Patch, func: Any) -> Optional[Finding]:
     """The target names a function imported (or aliased) by value from where it is defined: the same rule and
     words as `check` (misdeclared.py). Told apart from a replacement: the place the function's own
@@ -160,6 +291,19 @@ def _held_by_value(patch: Patch, func: Any) -> Optional[Finding]:
     if fp.innermost(home.get_raw()) is not func:
         return None
     return Finding("target", misdeclared.held_by_value(patch.target, defined_at), patch.target, defined_at)
+
+
+def _layer_sites(raw: Any, upstream_module: str) -> str:
+    """Each foreign `__wrapped__` layer's code site, with its distribution."""
+    out, seen, obj = [], set(), raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    while hasattr(obj, "__wrapped__") and id(obj) not in seen:
+        seen.add(id(obj))
+        if not getattr(obj, "__vllm_patchkit__", None):
+            _, file, _ = code_site(obj)
+            if not file or _outside_upstream(file, upstream_module):
+                out.append(describe_site(obj))
+        obj = obj.__wrapped__
+    return "; ".join(out) or "a layer of unknown origin"
 
 
 def _initializing(spec: str) -> bool:
@@ -214,8 +358,11 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         upstream_module = patch.target.partition(":")[0]
         foreign = fp.foreign_layers(raw, upstream_module)
         if foreign:
-            return Finding("conflict", f"{patch.target} is wrapped by someone else; refusing to stack on it",
-                           list(pin.wrappers), foreign)
+            return Finding("conflict", f"{patch.target} is wrapped by someone else ({_layer_sites(raw, upstream_module)}); "
+                           "refusing to stack on it", list(pin.wrappers), foreign)
+        replaced = foreign_replacement(patch, patch.target, raw)
+        if replaced is not None:
+            return replaced
         added = fp.unpinned_layers(raw, upstream_module, list(pin.wrappers))
         if added:
             return Finding("conflict", f"{patch.target} carries a wrapper layer that was not there when it was "

@@ -190,8 +190,11 @@ def test_target_replaced_with_another_signature(tmp_path, vllm_modules, patchkit
     doc = patch_doc(id="faulty", kind="wrap", target=target, processes=["engine_core"], required=required)
     loader = build_loader(tmp_path, doc, pins={target: pin}, status_dir=tmp_path / "status")
     exc = run(loader, required)
-    check_failed(loader, exc, required=required, code="fingerprint", words="required parameter",
-                 expected=pin["signature"], found=found, target=target, untouched=untouched, log=patchkit_log)
+    # someone else's code at the target is a conflict naming its file and line, not a fingerprint to re-pin
+    # (issue 21; it was "fingerprint: required parameter ..." with the remedy to re-pin the release)
+    check_failed(loader, exc, required=required, code="conflict", words="was replaced by code outside vLLM",
+                 expected=f"vLLM's {target}", found=lambda f: f"{Path(__file__)}:" in f and found not in f,
+                 target=target, untouched=untouched, log=patchkit_log)
 
 
 def test_target_replaced_with_same_signature_is_noticed(tmp_path, vllm_modules):
