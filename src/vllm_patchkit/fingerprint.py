@@ -167,6 +167,55 @@ def value_digest(value: Any) -> Optional[str]:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def literal_digest(node: Any) -> Optional[str]:
+    """The value digest of an expression written as a literal (as `value_digest` of the value it evaluates to);
+    None when the source does not spell a literal (a call, a name, an expression)."""
+    if not isinstance(node, ast.expr):
+        return None
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value_digest(value)
+
+
+# -- an attribute of each object (`kind: set` + `instances: true`) ------------------------------------
+# One rule, two readers: `static.StaticRelease.instance_attribute` (check, pin: the release's source) and
+# `live_instance_attribute` (the loader: the imported class's source) both end in `instance_attribute`.
+INSTANCE_ATTRIBUTE = "instance_attribute"
+
+
+def instance_attribute(chain: Any, attr: str, owner: str) -> "Fingerprint | tuple[str, bool]":
+    """The pin of `owner.attr` as an attribute of each object: kind `instance_attribute`, and the value digest of
+    what `__init__` assigns when that is one simple literal (`self.x = None`, `self.x: int = 0`).
+
+    `chain`: the class and its bases in the release, in MRO order, as (where `module:Qualname`, its `ast.ClassDef`
+    or None when its source cannot be read). The first class whose own methods assign `self.attr` decides. Returns
+    (why not, unreadable) when no method assigns it."""
+    from .static_tables import instance_assignments
+
+    for where, node in chain:
+        if node is None:
+            return f"{owner}.{attr}: the source of {where} cannot be read, so what it assigns is unknown", True
+        found = instance_assignments(node).get(attr)
+        if not found:
+            continue
+        init = {literal_digest(v) for m, v in found if m == "__init__"}
+        digest = init.pop() if len(init) == 1 else None
+        return Fingerprint(kind=INSTANCE_ATTRIBUTE, value_digest=digest)
+    return (f"no method of {owner} or of its bases in vLLM assigns self.{attr} (read from the source): vLLM does "
+            f"not set {attr} on its {owner.rpartition(':')[2]} objects"), False
+
+
+def live_instance_attribute(cls: type, attr: str) -> "Fingerprint | tuple[str, bool]":
+    """`instance_attribute` of an imported class: its MRO, the classes of its own top-level package only (the
+    static reader cannot follow a base outside the release either), each read from its source."""
+    top = cls.__module__.split(".")[0]
+    chain = ((f"{k.__module__}:{k.__qualname__}", _parse_def(k)) for k in cls.__mro__
+             if k.__module__.split(".")[0] == top)
+    return instance_attribute(chain, attr, f"{cls.__module__}:{cls.__qualname__}")
+
+
 def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: bool = False) -> Fingerprint:
     """Fingerprint of an object as it is installed now (our own wrappers looked through).
 

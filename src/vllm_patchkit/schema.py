@@ -179,7 +179,14 @@ class Patch(Strict):
         default=False,
         description="kind wrap of a method: patch it on each instance as the instance is constructed (objects vLLM "
                     "creates at run time: a connector, a KV-cache manager), not on the class; a subclass's override "
-                    "is wrapped too",
+                    "is wrapped too. Kind set of `module:Class.attr`: an attribute vLLM's methods assign on each "
+                    "object (`self.attr = ...`), set to `value`/`value_from` on each new object after its __init__",
+    )
+    inherited_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="kind set of `module:Sub.attr` that Sub only inherits: `module:Base.attr`, the base's definition "
+                    "the MRO finds. The patch sets the attribute on Sub alone (an override; unpatch deletes it, and Sub "
+                    "inherits again); the base's attribute is pinned, and Sub is pinned as not defining it",
     )
     value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
@@ -256,8 +263,12 @@ class Patch(Strict):
             raise ValueError(f"'value' is only for kind set, not {k.value!r}")
         if k is not Kind.set and self.value_from is not None:
             raise ValueError(f"'value_from' is only for kind set, not {k.value!r}")
-        if self.instances and (k is not Kind.wrap or self.target is None or "." not in self.target.partition(":")[2]):
-            raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method)")
+        if self.instances and (k not in (Kind.wrap, Kind.set) or self.target is None
+                               or "." not in self.target.partition(":")[2]):
+            raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
+                             "of an attribute of each object (target module:Class.attr)")
+        if self.inherited_from is not None:
+            self._check_inherited_from()
         if self.value is not None and self.value_from is not None:
             raise ValueError("give 'value' or 'value_from', not both")
         if self.params and (k is not Kind.wrap or self.implementation is None):
@@ -278,12 +289,31 @@ class Patch(Strict):
                              "(it runs before anything about the model is known)")
         return self
 
+    def _check_inherited_from(self) -> None:
+        """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
+        if self.kind is not Kind.set:
+            raise ValueError(f"'inherited_from' is only for kind set (an inherited class attribute overridden on one "
+                             f"subclass), not {self.kind.value!r}")
+        if self.instances:
+            raise ValueError("give 'instances: true' (an attribute of each object) or 'inherited_from' (a class "
+                             "attribute overridden on one subclass), not both")
+        sub, base = self.target.partition(":")[2], self.inherited_from.partition(":")[2]
+        if "." not in sub:
+            raise ValueError(f"'inherited_from' needs 'target' to name a class attribute (module:Sub.attr), not "
+                             f"{self.target!r}")
+        if "." not in base or base.rpartition(".")[2] != sub.rpartition(".")[2]:
+            raise ValueError(f"'inherited_from' must name the same attribute on a base class "
+                             f"(module:Base.{sub.rpartition('.')[2]}), not {self.inherited_from!r}")
+        if self.inherited_from == self.target:
+            raise ValueError("'inherited_from' names the target itself: give the base class that defines the attribute")
+
     @property
     def pinned_specs(self) -> list[str]:
-        """Every upstream place the manifest pins for this patch: target, copies, uses, and (kind subclass)
-        each overridden base method as `target.method`."""
+        """Every upstream place the manifest pins for this patch: target, copies, uses, (kind subclass) each
+        overridden base method as `target.method`, and (kind set) the base attribute named in `inherited_from`."""
         specs = (([self.target] if self.target else []) + list(self.copies) + list(self.uses)
-                 + [f"{self.target}.{m}" for m in self.overrides] + list(self.reimplements or ()))
+                 + [f"{self.target}.{m}" for m in self.overrides] + list(self.reimplements or ())
+                 + ([self.inherited_from] if self.inherited_from else []))
         return list(dict.fromkeys(specs))
 
     @property
@@ -309,7 +339,11 @@ class Patch(Strict):
 class Fingerprint(Strict):
     """What a target looked like when pinned: enough to notice an upstream change."""
 
-    kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent"]
+    kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent",
+                  "instance_attribute"] = Field(
+        description="what is at the place; `absent`: the class does not define the attribute itself (a set with "
+                    "`inherited_from`); `instance_attribute`: no class attribute, but the class's methods (or its "
+                    "bases' in the release) assign `self.attr` (a set with `instances: true`)")
     signature: Optional[str] = None
     source_digest: Optional[str] = None
     wrappers: list[str] = Field(

@@ -90,13 +90,7 @@ from .static_tables import (FUNCS, Binding, Import, ModuleRef, ModuleTable, Scop
 def literal_digest(node: ast.AST) -> Optional[str]:
     """The value digest of a constant written as a literal (as `fingerprint.value_digest` of the live
     value); None when the source does not spell a literal (a call, an expression, a property)."""
-    if not isinstance(node, ast.expr):
-        return None
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return fp.value_digest(value)
+    return fp.literal_digest(node)
 
 
 @contextmanager
@@ -347,6 +341,63 @@ class StaticRelease:
                 return d
             return Missing(d.spec, d.reason, tuple(dict.fromkeys([*d.moved_to, *self.find_moved(spec)])))
         return d.fingerprint(with_digest)
+
+    # -- attributes of each object
+    def instance_attribute(self, spec: str) -> Union[Fingerprint, Missing]:
+        """`module:Class.attr` as an attribute each object of the class gets from its methods (`self.attr = ...`):
+        kind `instance_attribute` (`fingerprint.instance_attribute`, the rule the loader reads live too), or
+        Missing saying why not. Bases are read in MRO order (C3, as Python computes it), bases outside the
+        release left out (live, the loader leaves them out too)."""
+        module, _, qual = spec.partition(":")
+        cls_qual, _, attr = qual.rpartition(".")
+        if not cls_qual:
+            return Missing(spec, f"{spec} does not name an attribute of a class (module:Class.attr)")
+        d = self.resolve(f"{module}:{cls_qual}")
+        if isinstance(d, Missing):
+            return Missing(spec, d.reason, unreadable=d.unreadable)
+        if not isinstance(d.node, ast.ClassDef):
+            return Missing(spec, f"{module}:{cls_qual} is not a class ({d.kind})")
+        got = fp.instance_attribute(self._mro(d.module, d.qualname, d.node), attr, f"{module}:{cls_qual}")
+        if isinstance(got, Fingerprint):
+            return got
+        return Missing(spec, got[0], unreadable=got[1])
+
+    def _mro(self, module: str, qual: str, node: ast.ClassDef) -> list[tuple[str, ast.ClassDef]]:
+        """The class and its bases in the release as Python's C3 linearisation orders them (depth first over the
+        bases as written when the bases admit no C3 order)."""
+        memo: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+
+        def bases(mod: str, n: ast.ClassDef) -> list[tuple[str, str, ast.ClassDef]]:
+            out = []
+            for b in n.bases:
+                r = self._dotted_in(mod, dotted(b)) if dotted(b) else None
+                if r is not None and not isinstance(r, Missing) and r[0] == "def" and isinstance(r[3], ast.ClassDef):
+                    out.append((r[1], r[2], r[3]))
+            return out
+
+        def linear(mod: str, q: str, n: ast.ClassDef, depth: int = 0) -> list[tuple[str, ast.ClassDef]]:
+            key = f"{mod}:{q}"
+            if key in memo:
+                return memo[key]
+            if depth > 30:
+                return [(key, n)]
+            parents = bases(mod, n)
+            seqs = [list(linear(m, bq, bn, depth + 1)) for m, bq, bn in parents] + [
+                [(f"{m}:{bq}", bn) for m, bq, bn in parents]]
+            out = [(key, n)]
+            while any(seqs):
+                head = next((s[0] for s in seqs if s and not any(s[0][0] in (x for x, _ in t[1:]) for t in seqs)),
+                            None)
+                if head is None:  # no C3 order (Python would refuse the class): depth first, each class once
+                    rest = [c for s in seqs for c in s]
+                    out += [c for i, c in enumerate(rest) if c[0] not in {x for x, _ in out + rest[:i]}]
+                    break
+                out.append(head)
+                seqs = [s[1:] if s and s[0][0] == head[0] else s for s in seqs]
+            memo[key] = out
+            return out
+
+        return linear(module, qual, node)
 
     # -- where did it go?
     def find_moved(self, spec: str, limit: int = 5) -> list[str]:

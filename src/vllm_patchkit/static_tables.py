@@ -132,6 +132,72 @@ def bind(stmts: list[ast.stmt], scope: Scope, package: str) -> None:
                     scope.names.pop(t.id, None)
 
 
+# -- attributes of each object: `self.attr = ...` in a class's methods -----------------------------------------
+_NOT_METHODS = frozenset({"staticmethod", "classmethod"})
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _methods(stmts: list[ast.stmt]):
+    """The instance methods a class body defines (also inside its `if`/`try` blocks), in source order."""
+    for st in stmts:
+        if isinstance(st, FUNCS):
+            if not any((dotted(d.func if isinstance(d, ast.Call) else d) or "").rpartition(".")[2] in _NOT_METHODS
+                       for d in st.decorator_list):
+                yield st
+        elif isinstance(st, (ast.If, ast.Try)) or type(st).__name__ == "TryStar":
+            for block in _BLOCKS:
+                for part in getattr(st, block, None) or ():
+                    yield from _methods(getattr(part, "body", None) if isinstance(part, ast.ExceptHandler) else [part])
+
+
+def _statements(stmts: list) -> "list[ast.stmt]":
+    """Every statement of a function body, nested blocks included, nested functions and classes excluded."""
+    out = []
+    for st in stmts:
+        out.append(st)
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for block in _BLOCKS:
+            for part in getattr(st, block, None) or ():
+                out.extend(_statements(part.body if isinstance(part, (ast.ExceptHandler, ast.match_case)) else [part]))
+    return out
+
+
+def instance_assignments(node: ast.ClassDef) -> dict[str, list[tuple[str, Optional[ast.expr]]]]:
+    """What the class's own methods assign on the object: attribute -> [(method, value)], in source order.
+
+    Counted: `self.x = v`, `self.x: T = v`, `self.x = self.y = v`, and each `self.x` of a tuple target (value
+    None: not one expression), where `self` is the method's first parameter. Not counted: an annotation alone
+    (`self.x: T`, it assigns nothing), `self.x += 1` (the attribute must exist already), assignments in nested
+    functions and classes, `setattr(self, ...)`, and static and class methods. The loader reads the same from the
+    class's source (`fingerprint.live_instance_attribute`), so both readings agree."""
+    out: dict[str, list[tuple[str, Optional[ast.expr]]]] = {}
+    for fn in _methods(node.body):
+        params = [*fn.args.posonlyargs, *fn.args.args]
+        if not params:
+            continue
+        me = params[0].arg
+
+        def mine(t: ast.expr) -> Optional[str]:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
+                return t.attr
+            return None
+
+        for st in _statements(fn.body):
+            if isinstance(st, ast.Assign):
+                for t in st.targets:
+                    if mine(t):
+                        out.setdefault(mine(t), []).append((fn.name, st.value))
+                    elif isinstance(t, (ast.Tuple, ast.List)):
+                        for e in t.elts:
+                            e = e.value if isinstance(e, ast.Starred) else e
+                            if mine(e):
+                                out.setdefault(mine(e), []).append((fn.name, None))
+            elif isinstance(st, ast.AnnAssign) and st.value is not None and mine(st.target):
+                out.setdefault(mine(st.target), []).append((fn.name, st.value))
+    return out
+
+
 def dotted(expr: ast.expr) -> Optional[str]:
     """`a.b.c` for a name or an attribute chain on a name; None for anything else."""
     if isinstance(expr, ast.Name):
@@ -143,4 +209,4 @@ def dotted(expr: ast.expr) -> Optional[str]:
 
 
 __all__ = ["FUNCS", "Binding", "Import", "ModuleRef", "ModuleTable", "Scope", "Value", "absolute", "bind",
-           "class_scope", "dotted", "parse_module"]
+           "class_scope", "dotted", "instance_assignments", "parse_module"]
