@@ -206,6 +206,9 @@ def load_patch_set(dirs: Iterable) -> PatchSet:
     errors: list[DeclarationError] = []
     ps = PatchSet()
     broken: dict[str, str] = {}  # id -> file, of files that failed to load but say their id
+    # id -> (set name, file) of its first declaration: an id belongs to one set. Two sets declaring one id used to
+    # become two versions of one patch (one of them never applied and had no row).
+    owner: dict[str, tuple[str, str, str]] = {}
     for d in dirs:
         set_name = getattr(d, "name", None) if not isinstance(d, (str, Path)) else None
         d = getattr(d, "patches", d)
@@ -214,11 +217,20 @@ def load_patch_set(dirs: Iterable) -> PatchSet:
             if patch is None:
                 broken.update(_declared_id(path))
                 continue
+            first = owner.get(patch.id)
+            if set_name is not None and first is not None and first[0] != set_name:
+                errors.append(DeclarationError(
+                    str(path), "id",
+                    f"patch id {patch.id!r} is declared by two patch sets: {set_name!r} ({path}, {patch.key}) and "
+                    f"{first[0]!r} ({first[1]}, {first[2]}); a patch id must be unique across sets (rename one of them)"))
+                continue
             if patch.key in ps.patches:
                 errors.append(
                     DeclarationError(str(path), "id", f"duplicate patch {patch.key} (also in {ps.files[patch.key]})")
                 )
                 continue
+            if set_name is not None:
+                owner.setdefault(patch.id, (set_name, str(path), patch.key))
             ps.patches[patch.key] = patch
             ps.files[patch.key] = str(path)
             if set_name is not None:

@@ -26,62 +26,80 @@ class Loaded:
     path: str
 
 
-def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list) -> None:
-    seen = set()
+def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list,
+                   listed: dict[str, str], marked: dict[str, str]) -> None:
+    """The entries of one manifest file, each named by its index in that file.
+
+    `listed` and `marked` (patch id -> "file patches[i]" / "file not_applicable[i]") are shared by every file
+    pinning the same release, so a patch listed by two sets' files is reported with both places."""
     for i, entry in enumerate(m.patches):
         patch = patch_set.patches.get(entry.patch)
         pid = entry.patch.split("@")[0]
+        where = f"patches[{i}]"
         if patch is None:
-            errors.append(DeclarationError(path, f"patches[{i}].patch", f"no patch {entry.patch} in the patch set"))
+            errors.append(DeclarationError(path, f"{where}.patch", f"no patch {entry.patch} in the patch set"))
             continue
-        if pid in seen:
-            errors.append(DeclarationError(path, f"patches[{i}].patch", f"patch {pid} listed twice"))
-        seen.add(pid)
+        if pid in listed:
+            errors.append(DeclarationError(path, f"{where}.patch", f"patch {pid} listed twice (also at {listed[pid]})"))
+        else:
+            listed[pid] = f"{path} {where}"
         wanted = patch.pinned_specs
         for spec in wanted:
             if spec not in entry.targets:
-                errors.append(DeclarationError(path, f"patches[{i}].targets", f"no pin for {spec} (run scripts/pin_manifest.py)"))
+                errors.append(DeclarationError(path, f"{where}.targets", f"no pin for {spec} (run scripts/pin_manifest.py)"))
         for spec in entry.targets:
             if spec not in wanted:
-                errors.append(DeclarationError(path, f"patches[{i}].targets.{spec}", f"not a target or copy of {entry.patch}"))
-    listed = {e.patch.split("@")[0] for e in m.patches}
+                errors.append(DeclarationError(path, f"{where}.targets.{spec}", f"not a target or copy of {entry.patch}"))
     known = {p.id for p in patch_set.patches.values()}
-    marked: set[str] = set()
     for i, na in enumerate(m.not_applicable):
         where = f"not_applicable[{i}].patch"
         if na.patch not in known:
             errors.append(DeclarationError(path, where, f"no patch {na.patch} in the patch set"))
-        elif na.patch in listed:
-            errors.append(DeclarationError(path, where, f"patch {na.patch} is also listed under patches (as applying)"))
         elif na.patch in marked:
-            errors.append(DeclarationError(path, where, f"patch {na.patch} marked not applicable twice"))
-        marked.add(na.patch)
+            errors.append(DeclarationError(path, where, f"patch {na.patch} marked not applicable twice "
+                                                        f"(also at {marked[na.patch]})"))
+        else:
+            marked[na.patch] = f"{path} not_applicable[{i}]"
+
+
+def _check_marked_not_listed(listed: dict[str, str], marked: dict[str, str], errors: list) -> None:
+    """A patch both applying and marked not applicable for one release (in one file or in two sets' files)."""
+    for pid, place in marked.items():
+        if pid in listed:
+            path, _, where = place.rpartition(" ")
+            errors.append(DeclarationError(path, f"{where}.patch", f"patch {pid} is also listed under patches "
+                                                                   f"(as applying, at {listed[pid]})"))
 
 
 def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[str, Loaded]:
     """Every manifest in the folders, checked: known patch versions, every target and copy pinned.
 
     The first folder is the main one; a later folder's manifest for the same
-    release adds its entries (a plugin pinning its own patches).
+    release adds its entries (a plugin pinning its own patches). Every error names
+    the file and the entry's index within that file (never an index into the merged list).
     """
     if isinstance(directories, (str, Path)):
         directories = [Path(directories)]
     errors: list[DeclarationError] = []
     out: dict[str, Loaded] = {}
+    seen: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # release -> (listed, marked), across its files
     for n, directory in enumerate(directories):
         for path in sorted(Path(directory).glob("*.yaml")):
             m = _collect(errors, parse_manifest, path)
             if m is None:
                 continue
+            if m.vllm in out and n == 0:
+                errors.append(DeclarationError(str(path), "vllm", f"release {m.vllm} already pinned by {out[m.vllm].path}"))
+                continue
+            listed, marked = seen.setdefault(m.vllm, ({}, {}))
+            _check_entries(m, str(path), patch_set, errors, listed, marked)
             if m.vllm in out:
-                if n == 0:
-                    errors.append(DeclarationError(str(path), "vllm", f"release {m.vllm} already pinned by {out[m.vllm].path}"))
-                    continue
                 base = out[m.vllm].manifest
                 m = base.model_copy(update={"patches": [*base.patches, *m.patches],
                                             "not_applicable": [*base.not_applicable, *m.not_applicable]})
-            _check_entries(m, str(path), patch_set, errors)
             out[m.vllm] = Loaded(m, out[m.vllm].path if m.vllm in out else str(path))
+    for listed, marked in seen.values():
+        _check_marked_not_listed(listed, marked, errors)
     if errors:
         raise PatchSetErrors(errors)
     return out

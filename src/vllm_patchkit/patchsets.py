@@ -76,8 +76,18 @@ def check_sources(sources: Iterable[PatchSetSource]) -> list[PatchSetSource]:
     for s in sources:
         where = s.origin or s.name
         if s.name in seen:
-            errors.append(DeclarationError(where, "name", f"patch set {s.name!r} also contributed by {seen[s.name]}"))
-        seen[s.name] = where
+            other_where, other_folder = seen[s.name]
+            if s.name.startswith("extra:"):  # two folders of $VLLM_PATCHKIT_EXTRA_PATCHES with one basename
+                errors.append(DeclarationError(where, str(s.patches), (
+                    f"patch set {s.name!r} is also the name of {other_folder} (a set from this variable is named after "
+                    f"its folder's basename, so {other_folder} and {s.patches} would be one set); rename one of the "
+                    "two folders, or list a folder once")))
+            else:
+                errors.append(DeclarationError(where, "name", (
+                    f"patch set {s.name!r} ({s.patches}) also contributed by {other_where} ({other_folder}); "
+                    "set names must be unique")))
+            continue
+        seen[s.name] = (where, s.patches)
         if not s.patches.is_dir():
             errors.append(DeclarationError(where, str(s.patches), "no such folder (expected a folder of patch YAML files)"))
         elif not any(s.patches.glob("*.yaml")):
