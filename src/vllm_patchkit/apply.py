@@ -166,12 +166,14 @@ class Applied:
     installed: Any = None  # the function we installed
     original: Any = None
     ctx: Any = None  # the PatchContext its implementation is handed (a wrap with an implementation)
+    restore: Optional[Callable[[], None]] = None  # run last by undo (an instances `set`: the objects made meanwhile)
 
     def undo(self) -> None:
         for place, original in reversed(self.places):
             place.set_raw(original)
         method = self.patch.target.rpartition(".")[2] if self.patch.instances else None
-        for obj in list(self.instances or ()):  # objects made while patched: back to the class's method
+        for obj in list(self.instances or ()) if self.patch.kind is not Kind.set else ():
+            # objects made while patched: back to the class's method
             bound = obj.__dict__.get(method)
             if getattr(getattr(bound, "__func__", None), MARK, None) == self.patch.key:
                 del obj.__dict__[method]
@@ -184,6 +186,8 @@ class Applied:
                 continue
             if place.get_raw() is self.installed:
                 place.set_raw(self.original)
+        if self.restore is not None:
+            self.restore()
         if self.env is not None:
             name, previous = self.env
             if previous is None:
@@ -235,6 +239,99 @@ def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool, ctx
     return applied
 
 
+class ObjectsSet:
+    """The objects an instances `set` gave its value, weakly held, each with what it held before (as `len()` and
+    iteration of `Applied.instances`); an object that is collected drops out."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[Any, Any]] = {}  # id -> (weak reference, the previous value or MISSING)
+
+    def add(self, obj: Any, previous: Any) -> None:
+        key, held = id(obj), self._held
+
+        def gone(_ref, key=key, held=held):
+            held.pop(key, None)
+
+        held[key] = (weakref.ref(obj, gone), previous)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(obj, prev) for ref, prev in list(self._held.values()) if (obj := ref()) is not None]
+
+    def __iter__(self):
+        return iter([obj for obj, _ in self.items()])
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def _held_value(obj: Any, attr: str) -> Any:
+    """What the object itself holds under `attr` (its __dict__, else a slot), MISSING when nothing."""
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict):
+        return d.get(attr, MISSING)
+    return getattr(obj, attr, MISSING)
+
+
+def install_value_on_instances(patch: Patch, place: Place, value: Any, count: bool) -> Applied:
+    """`kind: set` + `instances: true`: wrap the class's `__init__` so that, after vLLM's own `__init__` (which
+    assigns `self.attr`), each new object gets `value` as its attribute. Counted: objects set.
+
+    `unpatch` puts back `__init__`; each object made meanwhile that still holds exactly the value set here gets
+    back what vLLM's `__init__` gave it (an object whose attribute vLLM or anybody changed since keeps that value:
+    it is theirs now)."""
+    applied = Applied(patch)
+    cls, attr = place.owner, place.attr
+    where = init_place(place)
+    raw_init = where.get_raw()
+    upstream_init = cls.__init__  # through the MRO when the class has no own __init__
+    objects = ObjectsSet() if cls.__weakrefoffset__ else None
+    counter = applied.counter
+
+    def patched_init(self, *args, **kwargs):
+        upstream_init(self, *args, **kwargs)
+        previous = _held_value(self, attr)
+        setattr(self, attr, value)
+        if count:
+            counter.calls += 1
+        if objects is not None:
+            objects.add(self, previous)
+
+    def restore() -> None:
+        for obj, previous in (objects.items() if objects is not None else ()):
+            if _held_value(obj, attr) is not value:
+                continue  # changed since by vLLM or anybody: theirs now
+            if previous is MISSING:
+                try:
+                    delattr(obj, attr)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, attr, previous)
+
+    functools.update_wrapper(patched_init, upstream_init)
+    patched_init.__wrapped__ = upstream_init
+    setattr(patched_init, MARK, patch.key)
+    where.set_raw(patched_init)
+    applied.places.append((where, raw_init))
+    applied.instances = objects if objects is not None else ()
+    applied.installed, applied.original = patched_init, upstream_init
+    applied.restore = restore
+    return applied
+
+
+def marked_in(init: Any, key: str) -> bool:
+    """Does this `__init__` (or any `__wrapped__` layer under it) carry the mark of patch `key`?"""
+    seen = set()
+    while init is not None and id(init) not in seen:
+        seen.add(id(init))
+        if getattr(init, MARK, None) == key:
+            return True
+        init = getattr(init, "__wrapped__", None)
+    return False
+
+
 def inspect_getattr_static(cls: type, name: str) -> Any:
     """The method as the class (or a base) defines it, without binding it."""
     for klass in cls.__mro__:
@@ -253,6 +350,8 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
         from .context import PatchContext
 
         ctx = PatchContext.detached(patch)
+    if patch.instances and patch.kind is Kind.set:
+        return install_value_on_instances(patch, place, impl if patch.value_from is not None else patch.value, count)
     if patch.instances:
         return install_on_instances(patch, place, impl, count, ctx)
     applied = Applied(patch, ctx=ctx)

@@ -63,6 +63,11 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
+        if patch.kind is Kind.set and (patch.instances or patch.inherited_from) and spec in (patch.target,
+                                                                                             patch.inherited_from):
+            found[spec], more = _set_place(release, patch, spec, pins.get(spec))  # the loader's reading, statically
+            out.extend(more)
+            continue
         is_copy = spec in patch.copies and spec != patch.target  # `uses` are checked like targets
         pin = pins.get(spec)
         with_digest = spec in by_source or (pin is not None and pin.source_digest is not None)
@@ -105,6 +110,66 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
     return found, judge_all(patch, out)
+
+
+def _set_place(release: Release, patch: Patch, spec: str,
+               pin: Optional[Fingerprint]) -> tuple[Union[Fingerprint, Missing], list[Breakage]]:
+    """A `set` on the objects of a class (`instances`) or on one subclass over its base (`inherited_from`): what is
+    pinned at `spec` and what changed, by the loader's rules (`verify._set_place`, `misdeclared.py`).
+
+    - `instances`: the target is an attribute the class's methods assign on each object (`instance_attribute`,
+      with the value digest of the literal `__init__` assigns); gone when no method assigns it any more;
+    - `inherited_from`: the target is pinned `absent` (the subclass does not define it) and the base's attribute
+      as any class attribute (its value digest). The subclass defining it itself, or the MRO finding it at another
+      base, is a misdeclaration the loader refuses with the same words, never "moved"."""
+    if patch.instances:
+        got = _instance_attribute(release, spec)
+        if pin is not None:
+            return got, compare(patch.key, spec, pin, got)
+        return got, missing_breakages(patch.key, spec, got) if isinstance(got, Missing) else []
+    got = release.lookup(spec)
+    if spec == patch.inherited_from:
+        if isinstance(got, Missing) and got.inherited_from:
+            return got, []  # the base inherits it too: the target's reading names the class the MRO finds
+        if pin is not None:
+            return got, compare(patch.key, spec, pin, got)
+        return got, missing_breakages(patch.key, spec, got) if isinstance(got, Missing) else []
+    if isinstance(got, Fingerprint):
+        return got, [Breakage(BreakageKind.misdeclared, patch.key, spec,
+                              detail=misdeclared.now_defined(spec, patch.inherited_from))]
+    if got.inherited_from == patch.inherited_from:
+        absent = Fingerprint(kind="absent")
+        return absent, [] if pin is None else compare(patch.key, spec, pin, absent)
+    if got.inherited_from:
+        return got, [Breakage(BreakageKind.misdeclared, patch.key, spec,
+                              detail=misdeclared.inherited_elsewhere(spec, patch.inherited_from, got.inherited_from))]
+    return got, missing_breakages(patch.key, spec, got)
+
+
+def _instance_attribute(release: Release, spec: str) -> Union[Fingerprint, Missing]:
+    """`spec` as an attribute of each object: read from the release's source (`StaticRelease.instance_attribute`),
+    or, for `--live`, from the imported class's source as the loader reads it (`fingerprint.live_instance_attribute`)."""
+    from .releases import LiveRelease, StaticView
+
+    if isinstance(release, StaticView):
+        return release.release.instance_attribute(spec)
+    reader = getattr(release, "instance_attribute", None)
+    if reader is not None:
+        return reader(spec)
+    if isinstance(release, LiveRelease):
+        from . import fingerprint as fp
+        from .targets import TargetError, resolve
+
+        cls_spec, _, attr = spec.rpartition(".")
+        try:
+            cls = resolve(cls_spec).get_raw()
+        except TargetError as exc:
+            return Missing(spec, str(exc))
+        if not isinstance(cls, type):
+            return Missing(spec, f"{cls_spec} is not a class")
+        got = fp.live_instance_attribute(cls, attr)
+        return got if isinstance(got, Fingerprint) else Missing(spec, got[0], unreadable=got[1])
+    return Missing(spec, f"{getattr(release, 'label', release)} cannot read attributes of objects", unreadable=True)
 
 
 def _convention(patch: Patch, target: Fingerprint) -> list[Breakage]:

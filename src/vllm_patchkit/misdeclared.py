@@ -30,3 +30,23 @@ def held_by_value(target: str, defined_at: str) -> Optional[str]:
     return (f"{target} holds {defined_at} by value (imported or aliased there, not defined there): patching it "
             f"would leave every other holder calling the original; declare the target as {defined_at} and list "
             f"{target} in `copies`")
+
+
+def _owner(target: str) -> str:
+    module, _, qual = target.partition(":")
+    return f"{module}:{qual.rpartition('.')[0]}"
+
+
+def now_defined(target: str, inherited_from: str) -> str:
+    """Why a `set` declared with `inherited_from` cannot be applied when the subclass defines the attribute itself
+    (upstream's own override now, or anybody else's)."""
+    owner = _owner(target)
+    return (f"{target} is defined on {owner} itself, no longer inherited from {inherited_from} (`inherited_from`): "
+            f"the patch would overwrite {owner}'s own value, not shadow the inherited one; re-read it and declare the "
+            "set again (without `inherited_from` if overwriting that value is still wanted)")
+
+
+def inherited_elsewhere(target: str, declared: str, actual: str) -> str:
+    """Why a `set` declared with `inherited_from` does not fit when the MRO finds the attribute at another base."""
+    return (f"{target} is inherited from {actual}, not from {declared} (`inherited_from`): the value the patch "
+            f"overrides is {actual}'s; re-read it and declare inherited_from: {actual}")

@@ -313,6 +313,96 @@ def _initializing(spec: str) -> bool:
     return bool(getattr(getattr(mod, "__spec__", None), "_initializing", False))
 
 
+# -- kind set on the objects of a class (`instances`), or on one subclass over its base (`inherited_from`) ------
+def _judged(patch: Patch, spec: str, pin: Fingerprint, live: Fingerprint) -> Optional[Finding]:
+    """A pin against what is live, in the words `check` uses (the same `sigdiff.compare`, judged for the patch)."""
+    from .compat import judge_all
+    from .sigdiff import compare
+
+    found = judge_all(patch, compare(patch.key, spec, pin, live))
+    if not found:
+        return None
+    return Finding("fingerprint", "; ".join(f"{b.explain()} ({b.verdict()})" for b in found), pin.kind, live.kind,
+                   found)
+
+
+def _set_place(patch: Patch, entry: Optional[ManifestEntry]) -> "tuple[Place, bool] | Finding":
+    """Where a `set` with `instances` or `inherited_from` is installed (a Place on the class) and whether this
+    patch is there already; or why not, in the words `check` uses (one reading: `fingerprint.instance_attribute`
+    from the class's source, the MRO for what the subclass inherits; `misdeclared.py` for the declaration)."""
+    cls_spec, _, attr = patch.target.rpartition(".")
+    try:
+        cls = resolve(cls_spec).get_raw()
+    except TargetError as exc:
+        return Finding("target", str(exc), patch.target, "missing")
+    if not isinstance(cls, type):
+        what = "`instances: true`" if patch.instances else "`inherited_from`"
+        return Finding("kind", f"{cls_spec} is not a class ({type(cls).__name__}): {what} sets an attribute of a class",
+                       "a class", type(cls).__name__)
+    pins = entry.targets if entry is not None else {}
+    for spec in (patch.target, patch.inherited_from):
+        if spec is not None and spec not in pins:
+            return Finding("unpinned", f"{spec} has no pin in the manifest", "a pinned fingerprint", None)
+    place = Place(patch.target, cls, attr)
+    if patch.instances:
+        live = fp.live_instance_attribute(cls, attr)
+        if isinstance(live, tuple):
+            return Finding("target", live[0], patch.target, "unreadable" if live[1] else "missing")
+        bad = _judged(patch, patch.target, pins[patch.target], live)
+        if bad is not None:
+            return bad
+        params = getattr(cls, "__dataclass_params__", None)
+        if params is not None and getattr(params, "frozen", False):
+            return Finding("kind", f"{cls_spec} is a frozen dataclass: setting {attr} on each object raises "
+                                   "FrozenInstanceError inside vLLM's construction", "a class whose objects take "
+                                   "attributes", "frozen dataclass")
+        slots = {n for k in cls.__mro__ for n in ((k.__dict__.get("__slots__") or ()) if not isinstance(
+            k.__dict__.get("__slots__"), str) else (k.__dict__["__slots__"],))}
+        if not cls.__dictoffset__ and attr not in slots:
+            return Finding("kind", f"{cls_spec}'s objects have no __dict__ and no slot {attr!r}: the attribute "
+                                   "cannot be set on them", "objects with a __dict__ or the slot", "__slots__")
+        from .apply import init_place, marked_in
+
+        return place, marked_in(init_place(place).get_raw(), patch.key)
+    # inherited_from: the subclass must not define it; the MRO must find it where declared, as pinned
+    pin = pins[patch.target]
+    if attr in cls.__dict__:
+        if _holds_this_value(patch, cls.__dict__[attr]):
+            return place, True  # set by this patch already (an earlier loader of this process)
+        return Finding("target", misdeclared.now_defined(patch.target, patch.inherited_from),
+                       f"{patch.target}: not defined (inherited from {patch.inherited_from})", "defined")
+    definer = next((k for k in cls.__mro__[1:] if attr in k.__dict__), None)
+    if definer is None:
+        return Finding("target", f"{patch.target}: no attribute {attr!r} on {cls.__qualname__} or its bases "
+                                 "(target moved or removed)", patch.inherited_from, "missing")
+    actual = f"{definer.__module__}:{definer.__qualname__}.{attr}"
+    if actual != patch.inherited_from:
+        return Finding("target", misdeclared.inherited_elsewhere(patch.target, patch.inherited_from, actual),
+                       patch.inherited_from, actual)
+    if pin.kind != "absent":
+        return Finding("fingerprint", f"{patch.target}: pinned as {pin.kind}, but {cls.__qualname__} does not define "
+                                      "it (it inherits it): re-pin the release (`vllm-patchkit pin`)", pin.kind,
+                       "absent")
+    raw = definer.__dict__[attr]
+    base_pin = pins[patch.inherited_from]
+    bad = _judged(patch, patch.inherited_from, base_pin,
+                  fp.live(raw, True, with_value=base_pin.value_digest is not None))
+    return bad if bad is not None else (place, False)
+
+
+def _holds_this_value(patch: Patch, current: Any) -> bool:
+    """Does the class already hold what this patch sets (the object of `value_from`, or an equal `value`)?"""
+    if patch.value_from is not None:
+        try:
+            return current is load_object(patch.value_from)
+        except TargetError:
+            return False
+    if current is patch.value:
+        return True
+    digest = fp.value_digest(patch.value)
+    return digest is not None and fp.value_digest(current) == digest
+
+
 def verify(patch: Patch, entry: Optional[ManifestEntry],
            pinned_elsewhere: Optional[dict[str, list[str]]] = None) -> Verified | Finding:
     """Resolve target, copies and implementation; compare with the manifest's pins.
@@ -320,7 +410,12 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
     `pinned_elsewhere` (kind subclass): every place the plan pins -> the patch keys pinning it.
     """
     out = Verified()
-    if patch.target is not None:
+    if patch.kind is Kind.set and (patch.instances or patch.inherited_from is not None):
+        got = _set_place(patch, entry)  # an attribute of each object, or an inherited one overridden on a subclass
+        if isinstance(got, Finding):
+            return got
+        out.place, out.already = got
+    elif patch.target is not None:
         try:
             place = resolve(patch.target)
         except TargetError as exc:
@@ -426,7 +521,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
             out.impl = load_object(patch.value_from)
         except TargetError as exc:
             return Finding("value_from", f"value_from {patch.value_from}: {exc}", "importable", "error")
-        if out.place is not None and out.place.get_raw() is out.impl:
+        if out.place is not None and not patch.instances and out.place.get_raw() is out.impl:
             out.already = True
     if patch.kind is Kind.subclass and out.place is not None:
         from . import subclass

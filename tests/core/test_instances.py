@@ -77,15 +77,17 @@ def test_with_an_implementation_and_twice_applied_does_not_stack(tmp_path, monke
     loader.unpatch()
 
 
-def test_instances_is_only_for_a_method_wrap(tmp_path):
+def test_instances_is_only_for_a_method_wrap_or_an_attribute_of_each_object(tmp_path):
+    """A `set` of an attribute of each object is declarable (tests/core/test_instance_attributes.py); a module
+    attribute has no objects, and a replace is not per object."""
     from vllm_patchkit.declare import load_patch_set
 
     from .helpers import write_patch
 
-    write_patch(tmp_path / "p", "x", patch_doc(id="x", kind="set", target="m:C.x", value=1, instances=True,
-                                               processes=["frontend"]))
-    with pytest.raises(PatchSetErrors, match="'instances: true' is for kind wrap of a method"):
-        load_patch_set([tmp_path / "p"])
+    for doc in (dict(kind="set", target="m:x", value=1), dict(kind="replace", target="m:C.f", implementation="m:g")):
+        write_patch(tmp_path / "p", "x", patch_doc(id="x", instances=True, processes=["frontend"], **doc))
+        with pytest.raises(PatchSetErrors, match="'instances: true' is for kind wrap of a method"):
+            load_patch_set([tmp_path / "p"])
 
 
 @pytest.mark.parametrize("order", ["instances_first", "class_first"])
