@@ -203,8 +203,9 @@ def instance_attribute(chain: Any, attr: str, owner: str) -> "Fingerprint | tupl
         init = {literal_digest(v) for m, v in found if m == "__init__"}
         digest = init.pop() if len(init) == 1 else None
         return Fingerprint(kind=INSTANCE_ATTRIBUTE, value_digest=digest)
-    return (f"no method of {owner} or of its bases in vLLM assigns self.{attr} (read from the source): vLLM does "
-            f"not set {attr} on its {owner.rpartition(':')[2]} objects"), False
+    top = owner.split(".")[0].partition(":")[0]
+    return (f"no method of {owner} or of its bases in the {top} package assigns self.{attr} (read from their "
+            f"source): {owner.rpartition(':')[2]} objects do not get that attribute from {top}'s code"), False
 
 
 def live_instance_attribute(cls: type, attr: str) -> "Fingerprint | tuple[str, bool]":
