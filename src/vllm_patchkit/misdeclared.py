@@ -40,10 +40,10 @@ def _owner(target: str) -> str:
 def now_defined(target: str, inherited_from: str) -> str:
     """Why a `set` declared with `inherited_from` cannot be applied when the subclass defines the attribute itself
     (upstream's own override now, or anybody else's)."""
-    owner = _owner(target)
-    return (f"{target} is defined on {owner} itself, no longer inherited from {inherited_from} (`inherited_from`): "
-            f"the patch would overwrite {owner}'s own value, not shadow the inherited one; re-read it and declare the "
-            "set again (without `inherited_from` if overwriting that value is still wanted)")
+    owner, attr = _owner(target), target.rpartition(".")[2]
+    return (f"{owner} defines {attr} itself: it does not inherit it from {inherited_from} (`inherited_from`), so "
+            f"the patch would overwrite {owner}'s own value instead of overriding the inherited one; re-read that "
+            "value and declare the set again (without `inherited_from` if overwriting it is still wanted)")
 
 
 def inherited_elsewhere(target: str, declared: str, actual: str) -> str:
