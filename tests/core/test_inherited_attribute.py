@@ -159,3 +159,61 @@ def test_declaration_errors():
                         "'inherited_from' names the target itself")):
         with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)")):
             Patch.model_validate(patch_doc(id="x", processes=["frontend"], **doc))
+
+
+LAZY_CHILD = r"""
+import json, sys
+from pathlib import Path
+import vllm
+from vllm_patchkit.declare import load_patch_set
+from vllm_patchkit.loader import Loader
+from vllm_patchkit.manifest import load_manifests
+
+tmp = Path(sys.argv[1])
+ps = load_patch_set([tmp / "patches"])
+loader = Loader(ps, load_manifests([tmp / "manifests"], ps), role="frontend", status_dir=tmp / "status",
+                vllm_version="0.31.0", lazy=True)
+loader.run_import_stage()
+out = {"before": {p: (str(r.state), "%(step)s" in sys.modules, "%(table)s" in sys.modules)
+                  for p, r in loader.records.items()}}
+from vllm.tool_parsers.step3p5_tool_parser import Step3p5ToolParser
+from vllm.v1.worker.block_table import BlockTable
+import torch
+table = BlockTable(block_size=16, max_num_reqs=2, max_num_blocks_per_req=4, max_num_batched_tokens=32,
+                   pin_memory=False, device=torch.device("cpu"), kernel_block_size=16, cp_kv_cache_interleave_size=1)
+out["after"] = {p: str(r.state) for p, r in loader.records.items()}
+out["class_value"] = Step3p5ToolParser.__dict__.get("structural_tag_model")
+out["object_value"] = table.use_hybrid_blocks
+loader.unpatch()
+out["unpatched"] = ["structural_tag_model" in Step3p5ToolParser.__dict__, table.use_hybrid_blocks]
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_both_forms_wait_for_their_module_and_apply_when_vllm_imports_it(tmp_path):
+    """The plugin's loader is lazy: a target module not imported yet is verified and applied when it is
+    (lazy.py), for these kinds as for any `set`. In a fresh interpreter (import order is process state)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import write_manifest, write_patch
+
+    step = "vllm.tool_parsers.step3p5_tool_parser"
+    table = "vllm.v1.worker.block_table"
+    docs = {"step": _doc("step", f"{step}:Step3p5ToolParser.structural_tag_model", STRUCTURAL, value="qwen_3_coder"),
+            "table": patch_doc(id="table", kind="set", target=f"{table}:BlockTable.use_hybrid_blocks", instances=True,
+                               value="ours", processes=["frontend"])}
+    for name, doc in docs.items():
+        write_patch(tmp_path / "patches", name, doc)
+    write_manifest(tmp_path / "manifests", [{"patch": f"{d['id']}@1", "targets": _pins(d)} for d in docs.values()])
+    env = {**os.environ, "VLLM_PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "VLLM_PATCHKIT_FLUSH_SECONDS": "0"}
+    done = subprocess.run([sys.executable, "-c", LAZY_CHILD % {"step": step, "table": table}, str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT"):])
+    assert out["before"] == {"step": ["not_imported", False, False], "table": ["not_imported", False, False]}
+    assert out["after"] == {"step": "applied", "table": "applied"}
+    assert out["class_value"] == "qwen_3_coder" and out["object_value"] == "ours"
+    assert out["unpatched"] == [False, False]  # inherited again; the object got back vLLM's own False
