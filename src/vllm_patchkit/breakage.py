@@ -41,6 +41,9 @@ class BreakageKind(str, Enum):
     required_not_applicable = "required_not_applicable"
     value_changed = "value_changed"
     convention_mismatch = "convention_mismatch"
+    implementation_unimportable = "implementation_unimportable"
+    when_excludes = "when_excludes"
+    foreign_replacement = "foreign_replacement"
 
 
 def _q(name: Any) -> str:
@@ -105,11 +108,33 @@ _EXPLAIN = {
     BreakageKind.convention_mismatch: lambda b: f"the implementation does not fit the call convention: {b.detail}",
     BreakageKind.value_changed:
         lambda b: f"value changed since it was pinned (digest {b.old} -> {b.new or 'none: no longer a simple literal'})",
-    BreakageKind.required_not_applicable:
-        lambda b: f"required patch {b.patch} is marked not applicable on this release ({b.detail}): a model that "
-                  "needs it is refused at start-up; add a patch version that fits, or record a reviewer's decision "
-                  "with `vllm-patchkit pin --not-applicable ID='reason'`",
+    BreakageKind.required_not_applicable: lambda b: _explain_required_na(b),
+    BreakageKind.implementation_unimportable:
+        lambda b: f"the implementation cannot be imported: {b.detail}; the loader refuses the patch at start-up "
+                  "(`implementation`)",
+    BreakageKind.when_excludes: lambda b: f"manifest and patch contradict each other: {b.detail}",
+    BreakageKind.foreign_replacement:
+        lambda b: f"replaced at run time by code outside vLLM: {b.new}; another plugin's object stands there, so "
+                  "the pin cannot be compared and the loader refuses the patch (`conflict`); a new pin would read "
+                  "the same vLLM source: remove that plugin or keep it from loading (`VLLM_PLUGINS`), or agree "
+                  "with its authors on one change",
 }
+
+
+def _explain_required_na(b: "Breakage") -> str:
+    """What the loader really does with a needed required patch the release's manifest marks not applicable
+    (`new`): `refused` when a version's `when.vllm` admits the release (the manifest offers it no entry),
+    `skipped` when none does (the loader judges it not needed here, a precondition, before asking the
+    manifest)."""
+    head = f"required patch {b.patch} is marked not applicable on this release ({b.detail}): "
+    fix = ("add a patch version that fits, or record a reviewer's decision with "
+           "`vllm-patchkit pin --not-applicable ID='reason'`")
+    if b.new == "skipped":
+        return (head + "and no version's when.vllm admits the release, so the loader judges it not needed here and "
+                "skips it (`skipped` / `precondition`): a model that needs it starts WITHOUT it, with no warning and "
+                f"status exit 0; {fix.replace('a patch version that fits', 'a patch version whose when.vllm admits the release and that fits')}")
+    return (head + "a model that needs it is refused at start-up (`refused` / `unavailable`, unless "
+            f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it); {fix}")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ that holds `vllm/`) returns true (a string is taken as the reason).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
@@ -52,12 +53,17 @@ def target_specs(patch: Patch) -> list[str]:
 
 
 def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint]],
-            pinned_on: Optional[Release] = None) -> tuple[dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
+            pinned_on: Optional[Release] = None, *,
+            impl_here: bool = True) -> tuple[dict[str, Union[Fingerprint, Missing]], list[Breakage]]:
     """Fingerprints of the patch's pinned places on the release, and the breakages against `pins`.
 
     `pinned_on`: the release the pins were read from, when at hand: a by-value copy of the target that was
-    already there is not a change of this release (pin reported it when the patch was first pinned)."""
+    already there is not a change of this release (pin reported it when the patch was first pinned).
+    `impl_here`: the patch's set is installed where this runs (`set_on_path`), so an implementation module
+    not found on this Python's path is a finding; False for a loose folder of patches that is not (left to
+    start-up, as the loader runs where the set is installed)."""
     pins = pins or {}
+    live = _live_foreign_check(release, patch)
     by_source = patch.source_pinned_specs
     found: dict[str, Union[Fingerprint, Missing]] = {}
     out: list[Breakage] = []
@@ -77,6 +83,10 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             # they call and what is compared (the loader reads it the same way: targets.resolve_through_mro)
             got = release.lookup(got.inherited_from, with_digest)
         found[spec] = got
+        foreign = live(spec) if live is not None and (spec == patch.target or is_copy) else None
+        if foreign is not None:  # another plugin's object: its signature says nothing about vLLM's
+            out.append(foreign)
+            continue
         if pin is not None:
             out.extend(compare(patch.key, spec, pin, got, copy=is_copy))
             if spec in by_source and pin.source_digest is None and pin.kind in _HAS_SOURCE:
@@ -100,7 +110,7 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if why is not None:
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue
-            out.extend(_convention(patch, got))
+            out.extend(_convention(patch, got, impl_here))
             if patch.kind in (Kind.wrap, Kind.replace):
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
@@ -172,14 +182,102 @@ def _instance_attribute(release: Release, spec: str) -> Union[Fingerprint, Missi
     return Missing(spec, f"{getattr(release, 'label', release)} cannot read attributes of objects", unreadable=True)
 
 
-def _convention(patch: Patch, target: Fingerprint) -> list[Breakage]:
-    """The implementation must accept every call the release can make to the target (as at start-up)."""
+_PLUGINS_LOADED: list[str] = []
+
+
+def load_other_plugins() -> list[str]:
+    """`--live`: run every other general plugin's entry point (`vllm.general_plugins`, as vLLM does in each
+    process, `VLLM_PLUGINS` honoured), never vllm-patchkit's own, so a target another plugin replaces with
+    `setattr` is seen as the loader will see it. Once per process; returns what failed, as notes."""
+    if _PLUGINS_LOADED:
+        return _PLUGINS_LOADED[1:]
+    import logging
+    import os
+    from importlib.metadata import entry_points
+
+    _PLUGINS_LOADED.append("loaded")
+    allowed = os.environ.get("VLLM_PLUGINS")
+    names = None if allowed is None else allowed.split(",")
+    for ep in entry_points(group="vllm.general_plugins"):
+        if ep.name == "vllm_patchkit" or (names is not None and ep.name not in names):
+            continue
+        try:
+            ep.load()()
+        except Exception as exc:  # another plugin's failure is its own; say so and read on
+            _PLUGINS_LOADED.append(f"plugin {ep.name} failed to load: {type(exc).__name__}: {exc}")
+            logging.getLogger("vllm.patchkit").warning("vllm-patchkit: %s", _PLUGINS_LOADED[-1])
+    return _PLUGINS_LOADED[1:]
+
+
+def _live_foreign_check(release: Release, patch: Patch):
+    """For the installed vLLM read by import (`--live`): a function telling, per target, whether another
+    plugin's code stands there (the loader's `conflict`, `verify.foreign_replacement`), as a breakage; None
+    otherwise. A static reading sees only vLLM's source, never a run-time replacement."""
+    from .releases import LiveRelease
+
+    if not isinstance(release, LiveRelease) or patch.kind not in (Kind.wrap, Kind.replace):
+        return None
+    load_other_plugins()
+
+    def foreign(spec: str) -> Optional[Breakage]:
+        from .targets import TargetError, resolve
+        from .verify import foreign_replacement
+
+        try:
+            raw = resolve(spec).get_raw()
+        except TargetError:
+            return None
+        f = foreign_replacement(patch, spec, raw)
+        return None if f is None else Breakage(BreakageKind.foreign_replacement, patch.key, spec, new=f.found)
+
+    return foreign
+
+
+def _convention(patch: Patch, target: Fingerprint, impl_here: bool = True) -> list[Breakage]:
+    """The implementation must accept every call the release can make to the target (as at start-up), and
+    it must be importable at all: a module not found on this Python's path (not installed where `check`
+    runs), one that does not parse, or a name it does not define is what the loader refuses at start-up."""
     from . import convention
 
-    return [Breakage(BreakageKind.convention_mismatch, patch.key, patch.target, parameter=p.parameter,
-                     new=p.code, detail=p.message)
-            for p in convention.problems_for(patch, target.signature, target_kind=target.kind)  # read statically
-            if p.code != "implementation_missing"]  # not installed where `check` runs: start-up's verify judges that
+    out = []
+    for p in convention.problems_for(patch, target.signature, target_kind=target.kind):  # read statically
+        if p.code == "implementation_missing" and not impl_here:
+            continue  # a loose folder of patches, not installed here: the module may well be where it serves
+        kind = (BreakageKind.implementation_unimportable if p.code in ("implementation_missing", "implementation")
+                else BreakageKind.convention_mismatch)
+        out.append(Breakage(kind, patch.key, patch.target, parameter=p.parameter, new=p.code, detail=p.message))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_set_names() -> frozenset[str]:
+    try:
+        from .patchsets import CORE, installed_sets
+
+        return frozenset({CORE, *(s.name for s in installed_sets())})
+    except Exception:
+        return frozenset()
+
+
+def set_on_path(patch_set: PatchSet, key: str) -> bool:
+    """Whether the patch's own set is installed where this runs: found through an installed distribution's
+    entry point (or the framework's own), or its folder is on this Python's path (inside a `sys.path` entry).
+    Then its implementation modules must import here as they will where it serves."""
+    import os
+    import sys
+
+    file = patch_set.files.get(key)
+    if file is None:
+        return True
+    name = patch_set.set_of.get(key)
+    if name is not None and name in _installed_set_names():
+        return True
+    folder = os.path.realpath(os.path.dirname(file))
+    for entry in sys.path:
+        root = os.path.realpath(entry or os.getcwd())
+        if folder == root or folder.startswith(root + os.sep):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -331,7 +429,27 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
         if probe_errors and res.status == "ok":
             res.status = "broken"
         results.append(res)
+    if own is not None:
+        _contradictions(patch_set, own_key, own, paths, results)
     return Report(version, release.label, results)
+
+
+def _contradictions(patch_set: PatchSet, own_key: str, own: Manifest, paths: dict[str, str],
+                    results: list[PatchResult]) -> None:
+    """The release's own manifest lists a required patch whose `when.vllm` excludes the release: broken, naming
+    the manifest file and entry and the patch file (contradictions.py; the loader refuses it at start-up)."""
+    from .contradictions import discovered_folders, find
+
+    if not find(patch_set, {own_key: own}, paths):
+        return
+    for c in find(patch_set, {own_key: own}, paths, folders=discovered_folders()):
+        res = next((r for r in results if r.patch.split("@")[0] == c.key.split("@")[0]), None)
+        if res is None:
+            continue
+        patch = patch_set.patches[c.key]
+        res.breakages.append(Breakage(BreakageKind.when_excludes, c.key, patch.target or c.key,
+                                      detail=c.explain()))
+        res.status = "broken"
 
 
 def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths) -> PatchResult:
@@ -349,14 +467,19 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
         if na is not None:
             res = PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
             if newest.required and not na.reason.startswith("by hand:"):
-                # marked by a tool, not decided by a reviewer: models that need it cannot serve here
+                # marked by a tool, not decided by a reviewer: what the loader does with it when a model needs
+                # it: refuse start-up (a version admits the release) or skip it silently (none does)
+                from .preconditions import version_matches
+
+                admitted = any(version_matches(p.when, version) for p in patch_set.by_id(pid))
                 res.breakages.append(Breakage(BreakageKind.required_not_applicable, newest.key,
-                                              newest.target or pid, detail=na.reason))
+                                              newest.target or pid, new="refused" if admitted else "skipped",
+                                              detail=na.reason))
             return res
         entry = next((e for e in own.patches if e.patch.split("@")[0] == pid), None)
         if entry is None:
             base = older_entry(pid, manifests, version, paths)
-            res = _compare_entry(release, patch_set, base, newest) if base else _unpinned(release, newest)
+            res = _compare_entry(release, patch_set, base, newest) if base else _unpinned(release, newest, patch_set)
             res.breakages.append(Breakage(
                 BreakageKind.unpinned, res.patch, newest.target or pid,
                 detail=f"manifest for vLLM {own_key} neither lists {pid} nor marks it not applicable "
@@ -367,7 +490,7 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
     else:
         base = older_entry(pid, manifests, version, paths)
     if base is None:
-        res = _unpinned(release, newest)
+        res = _unpinned(release, newest, patch_set)
         where = f"the manifest for vLLM {baseline} does not list {pid}" if baseline is not None else \
             f"no manifest older than vLLM {version} lists {pid}"
         res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid, detail=where))
@@ -422,7 +545,8 @@ def _same(release: Release, version: str) -> bool:
 
 def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchResult:
     patch = patch_set.patches[base.entry.patch]
-    _, breakages = examine(release, patch, dict(base.entry.targets), pinned_release(release, base.vllm)[0])
+    _, breakages = examine(release, patch, dict(base.entry.targets), pinned_release(release, base.vllm)[0],
+                           impl_here=set_on_path(patch_set, patch.key))
     breakages = with_source_diffs(release, base.vllm, breakages)
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
     if any(b.breaking for b in breakages):
@@ -437,6 +561,7 @@ def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchRe
     return PatchResult(patch.key, status, breakages, pins_from=base.vllm, note=note)
 
 
-def _unpinned(release, patch: Patch) -> PatchResult:
-    _, breakages = examine(release, patch, None)  # at least: do the targets exist?
+def _unpinned(release, patch: Patch, patch_set: Optional[PatchSet] = None) -> PatchResult:
+    here = set_on_path(patch_set, patch.key) if patch_set is not None else True
+    _, breakages = examine(release, patch, None, impl_here=here)  # at least: do the targets exist?
     return PatchResult(patch.key, "unpinned", breakages)

@@ -167,8 +167,9 @@ def locate(module: str) -> Path:
         name = ".".join(parts[: i + 1])
         spec = _spec_of(name, path)
         if spec is None:
+            searched = list(path) if path is not None else [p or os.getcwd() for p in sys.path]
             raise ImplUnreadable(f"implementation module {module} cannot be read: no module named {name!r} "
-                                 "on this Python's path", missing=True)
+                                 f"on this Python's path (searched {_shown(searched)})", missing=True)
         if i < len(parts) - 1:
             path = spec.submodule_search_locations
             if path is None:
@@ -179,6 +180,11 @@ def locate(module: str) -> Path:
         raise ImplUnreadable(f"implementation module {module} cannot be read: it has no Python source "
                              f"({origin or 'a namespace package'})")
     return Path(origin)
+
+
+def _shown(paths: list[str], limit: int = 8) -> str:
+    shown = ", ".join(paths[:limit]) or "nothing: the path is empty"
+    return shown + (f", and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
 # -- parsing ------------------------------------------------------------------------------------

@@ -222,6 +222,7 @@ class Loader:
         self.records: dict[str, PatchRecord] = {}
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
         self._check_modules()
+        self._check_contradictions()
         self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
         self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
         for patch, _, _ in self.plan:
@@ -309,6 +310,16 @@ class Loader:
                                                    f"module {module!r} not found (expected an importable module in {spec!r})"))
         if errors:
             raise PatchSetErrors(errors)
+
+    def _check_contradictions(self) -> None:
+        """A manifest listing a required patch whose own `when.vllm` excludes its release would be skipped here
+        as not needed, silently: a declaration error naming the manifest entry and the patch file
+        (contradictions.py; `check` and `pin` refuse it in the same words)."""
+        from .contradictions import discovered_folders, find
+
+        if find(self.patch_set, self.manifests):  # the folders are looked up only to name the right file
+            raise PatchSetErrors([c.as_error() for c in find(self.patch_set, self.manifests,
+                                                              folders=discovered_folders())])
 
     # -- stages -------------------------------------------------------------
     def run_import_stage(self) -> None:

@@ -19,11 +19,15 @@ if its places exist and its implementation fits the release's signatures.
 `--dry-run` prints this plan and writes nothing.
 
 A required patch (`required: true` in the version compared or in its newest
-version) is never marked not applicable by pin on its own: the breakages are an
-error (`RequiredPatchesDoNotFit`, exit 1, nothing written) until its owner adds a
+version) is never marked not applicable by pin on its own — not when its targets
+changed, and not when no version's `when.vllm` admits the release (the loader
+would skip it there as not needed, silently): the breakages are an error
+(`RequiredPatchesDoNotFit`, exit 1, nothing written) until its owner adds a
 version that fits, or a person records the decision with
 `--not-applicable ID='reason'` (written as "by hand: reason"; optional patches
-too). Entries carried over from the existing manifest stay as they are.
+too). Entries carried over from the existing manifest stay as they are; one whose
+patch's `when.vllm` excludes the release is an error naming the manifest entry
+and the patch file (contradictions.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from .contracts import (
     read_manifests,
 )
 from .breakage import BreakageKind
+from .check import set_on_path
 from .declare import PatchSet
 from .errors import DeclarationError, PatchkitError
 from .schema import Fingerprint, Kind, Manifest, ManifestEntry, NotApplicable
@@ -143,16 +148,18 @@ def settle_inherited(release: Release, patch, found: dict) -> tuple[dict, list[s
     return out, notes
 
 
-def _examine(release: Release, patch, pins) -> tuple[dict, list, list[str]]:
-    """`examine`, with inherited override places pinned where they are defined (`settle_inherited`)."""
-    found, judged = examine(release, patch, pins)
+def _examine(release: Release, patch, pins, impl_here: bool = True) -> tuple[dict, list, list[str]]:
+    """`examine`, with inherited override places pinned where they are defined (`settle_inherited`).
+    `impl_here`: the patch's set is installed here (`check.set_on_path`): a missing implementation module
+    is then a breaking finding."""
+    found, judged = examine(release, patch, pins, impl_here=impl_here)
     found, notes = settle_inherited(release, patch, found)
     return found, judged, notes
 
 
-def _fits_fresh(release: Release, patch) -> tuple[dict, list, list[str]]:
+def _fits_fresh(release: Release, patch, impl_here: bool = True) -> tuple[dict, list, list[str]]:
     """A version never pinned before: its places must exist and its implementation fit (no pins to diff)."""
-    found, breakages, notes = _examine(release, patch, None)
+    found, breakages, notes = _examine(release, patch, None, impl_here)
     return found, [b for b in breakages if b.breaking], notes
 
 
@@ -177,6 +184,16 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     plan = Plan()
     if not candidates:
         ranges = ", ".join(f"{p.key}: {p.when.vllm}" for p in versions)
+        if any(p.required for p in versions):
+            # never marked not applicable behind a reviewer's back: the loader would skip it as not needed on
+            # this release, and a model that needs it would start without it, silently (issue 21, item 6)
+            files = ", ".join(f"{p.key}: {patch_set.files.get(p.key, '?')}" for p in versions)
+            plan.required_broken = (pid, newest.key, f"no version's when.vllm admits vLLM {version} ({ranges})", [
+                f"{pid} is required and none of its versions is for vLLM {version} ({files}): marked not "
+                "applicable, the loader would skip it there as not needed and a model that needs it would start "
+                "without it",
+                _what_to_write(pid, newest, version, [])])
+            return plan
         plan.not_applicable = NotApplicable(patch=pid, reason=f"no version admits vLLM {version} ({ranges})")
         plan.notes.append(f"{pid}: not applicable: no version's when.vllm admits {version} ({ranges})")
         return plan
@@ -185,7 +202,8 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     tried: list[tuple[str, list]] = []
     base_patch = patch_set.patches.get(base.entry.patch) if base is not None else None
     if base_patch is not None and base_patch in candidates:
-        found, judged, inherited = _examine(release, base_patch, dict(base.entry.targets))
+        found, judged, inherited = _examine(release, base_patch, dict(base.entry.targets),
+                                            set_on_path(patch_set, base_patch.key))
         broken = [b for b in judged if b.breaking]
         if not broken:
             plan.notes.extend(inherited)
@@ -202,7 +220,7 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     for patch in reversed(candidates):
         if base_patch is not None and patch.version <= base_patch.version:
             break  # versions no newer than the one pinned before are not chosen behind a reviewer's back
-        found, broken, inherited = _fits_fresh(release, patch)
+        found, broken, inherited = _fits_fresh(release, patch, set_on_path(patch_set, patch.key))
         if not broken:
             plan.notes.extend(inherited)
             plan.notes.append(f"{pid}: new in this manifest at {patch.key}"
@@ -225,12 +243,29 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     return plan
 
 
+def _contradiction(patch_set: PatchSet, own_key: str, own: Manifest, key: str, patch, version: str,
+                   paths: Optional[dict[str, str]]) -> str:
+    """An entry of the existing manifest whose patch's `when.vllm` excludes the release, naming both places."""
+    from .contradictions import discovered_folders, find
+
+    found = [c for c in find(patch_set, {own_key: own}, paths, folders=discovered_folders()) if c.key == key]
+    if found:  # a required patch: the loader's and check's words
+        return found[0].explain()
+    where = (paths or {}).get(own_key) or f"the manifest for {own_key}"
+    index = next((i for i, e in enumerate(own.patches) if e.patch == key), "?")
+    return (f"{where}: patches[{index}] (patch: {key}): listed for vLLM {version}, but its when.vllm "
+            f"{patch.when.vllm!r} ({patch_set.files.get(key, '?')}) excludes {version}: list a version whose "
+            "when.vllm admits it, or correct the when.vllm")
+
+
 def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
-                generated_by: str, not_applicable_by_hand: Optional[dict[str, str]] = None) -> Pinned:
+                generated_by: str, not_applicable_by_hand: Optional[dict[str, str]] = None,
+                paths: Optional[dict[str, str]] = None) -> Pinned:
     """The manifest for `release` (see the module docstring for what is kept and decided).
 
     `not_applicable_by_hand`: {patch id: reason} a person decided (`--not-applicable`); raises
-    `RequiredPatchesDoNotFit` when a required patch would otherwise be marked not applicable.
+    `RequiredPatchesDoNotFit` when a required patch would otherwise be marked not applicable (also when no
+    version's `when.vllm` admits the release). `paths`: release -> its manifest file (to name it in errors).
     """
     version = release.version()
     if version is None:
@@ -271,13 +306,14 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
                 errors.append(f"{key}: listed in the manifest for {own_key}, but the patch set has no such version")
                 continue
             if not version_matches(patch.when, version):
-                errors.append(f"{key}: listed in the manifest for {own_key}, but its when.vllm {patch.when.vllm!r} "
-                              f"excludes {version}")
+                errors.append(_contradiction(patch_set, own_key, own, key, patch, version, paths))
                 continue
-            found, judged, inherited = _examine(release, patch, None)
+            found, judged, inherited = _examine(release, patch, None, set_on_path(patch_set, key))
             notes.extend(inherited)
             missing = [f"{s}: {m.reason}" for s, m in found.items() if isinstance(m, Missing)]
-            missing += [b.explain() for b in judged if b.kind is BreakageKind.convention_mismatch]
+            missing += [b.explain() for b in judged if b.kind in (BreakageKind.convention_mismatch,
+                                                                   BreakageKind.implementation_unimportable,
+                                                                   BreakageKind.foreign_replacement)]
             if missing:
                 errors.append(f"{key}: listed for vLLM {version} but cannot be pinned: {'; '.join(missing)}")
                 continue
@@ -373,11 +409,11 @@ def cmd_pin(args: argparse.Namespace) -> int:
         return live.run_in_child("pin", args.argv)
     try:
         ps, mdirs = patch_set_and_manifest_dir(args)
-        manifests, _ = read_manifests(mdirs, ps, strict=False)
+        manifests, paths = read_manifests(mdirs, ps, strict=False)
         by_hand = parse_not_applicable(args.not_applicable)
         release = open_release(args.vllm, args.source, live=args.live)
         pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
-                             not_applicable_by_hand=by_hand)
+                             not_applicable_by_hand=by_hand, paths=paths)
         if args.dry_run:
             print(render_plan(pinned, release.label))
             return 0

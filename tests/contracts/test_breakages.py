@@ -235,6 +235,8 @@ def test_every_kind_has_a_case():
         K.value_changed, K.convention_mismatch,
         K.positional_shift, K.target_inherited,  # test_drift_wording.py
         K.copy_undeclared, K.misdeclared,  # test_one_verdict.py (real vLLM places)
+        K.when_excludes, K.implementation_unimportable,  # test_contradictions.py, test_impl_unimportable.py
+        K.foreign_replacement,  # tests/core/test_foreign_replacement.py (check --live)
     }
     assert covered == set(K)
 

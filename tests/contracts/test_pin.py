@@ -250,7 +250,8 @@ def test_a_new_version_admitted_by_when_vllm_is_chosen_when_the_old_one_breaks(t
 
 
 def test_no_version_admitting_the_release_is_not_applicable_with_the_ranges(tmp_path):
-    a, patches, manifests = setup(tmp_path, [patch_doc("q", "toy.mod:g", required=True, when={"vllm": "<2"})])
+    # an optional patch (a required one is never marked by pin on its own: tests/contracts/test_contradictions.py)
+    a, patches, manifests = setup(tmp_path, [patch_doc("q", "toy.mod:g", required=False, when={"vllm": "<2"})])
     assert pin_cli(a, "2.0.0", patches, manifests) == 0
     [na] = parse_manifest(manifests / "vllm-2.0.0.yaml").not_applicable
     assert (na.patch, na.reason) == ("q", "no version admits vLLM 2.0.0 (q@1: <2)")

@@ -171,3 +171,41 @@ def test_a_layer_stacked_on_the_wrapper_is_not_a_replacement(tmp_path, kvu):
     assert loader.check_in_place() == 0
     assert loader.records["kv"].state == "applied"
     loader.unpatch()
+
+
+CHECK_CHILD_ENV = ("VLLM_PATCHKIT_LIVE_CHILD", "VLLM_PATCHKIT_LIVE_PROGRESS")
+
+
+def test_check_live_names_the_other_plugin_and_the_static_check_cannot_see_it(tmp_path, otherplug):
+    """`check --live` runs the other general plugins (as vLLM does) before reading the targets: the foreign
+    object is a breaking `foreign_replacement` naming the distribution and file:line. Before, `check` said ok
+    (and `pin` would have written the same pin). The static check reads vLLM's source only: ok, as documented."""
+    import os
+    import subprocess
+
+    import yaml
+
+    (tmp_path / "site" / "otherplug-1.2.dist-info" / "entry_points.txt").write_text(
+        "[vllm.general_plugins]\notherplug = otherplug:register\n")
+    pdir, mdir = tmp_path / "patches", tmp_path / "manifests"
+    pdir.mkdir()
+    mdir.mkdir()
+    (pdir / "kv.yaml").write_text(yaml.safe_dump(kv_patch(required=True)))
+    from vllm_patchkit.loader import installed_vllm_version
+
+    version = installed_vllm_version()
+    (mdir / f"vllm-{version}.yaml").write_text(yaml.safe_dump(
+        {"vllm": version, "generated_by": "test", "patches": [pinned_entry("kv@1", KV, KV_COPY)]}))
+    env = {k: v for k, v in os.environ.items() if k not in CHECK_CHILD_ENV}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), env.get("PYTHONPATH", "")]),
+               VLLM_PLUGINS="otherplug")
+    args = [sys.executable, "-m", "vllm_patchkit.cli", "check", "--patch-dir", str(pdir), "--manifest-dir", str(mdir)]
+    static = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert static.returncode == 0, static.stdout + static.stderr
+    live = subprocess.run([*args, "--live"], env=env, capture_output=True, text=True, timeout=600)
+    out = live.stdout + live.stderr
+    assert live.returncode == 1, out
+    line = _line_of_def(tmp_path / "site/otherplug/__init__.py")
+    assert (f"{KV}: replaced at run time by code outside vLLM: otherplug:get_kv_cache_configs at "
+            f"{tmp_path / 'site/otherplug/__init__.py'}:{line} (distribution otherplug 1.2)") in out, out
+    assert "parameter 'extra'" not in out, out  # the other plugin's signature is not reported as vLLM's change
