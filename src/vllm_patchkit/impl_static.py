@@ -167,9 +167,12 @@ def locate(module: str) -> Path:
         name = ".".join(parts[: i + 1])
         spec = _spec_of(name, path)
         if spec is None:
-            searched = list(path) if path is not None else [p or os.getcwd() for p in sys.path]
+            if path is None:
+                searched = f"sys.path: {_shown([p or os.getcwd() for p in sys.path])}"
+            else:
+                searched = f"the folders of package {name.rpartition('.')[0]}: {_shown(list(path))}"
             raise ImplUnreadable(f"implementation module {module} cannot be read: no module named {name!r} "
-                                 f"on this Python's path (searched {_shown(searched)})", missing=True)
+                                 f"on this Python's path (searched {searched})", missing=True)
         if i < len(parts) - 1:
             path = spec.submodule_search_locations
             if path is None:
