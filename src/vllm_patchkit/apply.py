@@ -13,6 +13,7 @@ context or without, counted or not — is decided once here, at install time.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -246,21 +247,22 @@ class ObjectsSet:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[int, tuple[Any, Any]] = {}  # id -> (weak reference, the previous value or MISSING)
+        # id -> (weak reference, the previous value or MISSING, the value given)
+        self._held: dict[int, tuple[Any, Any, Any]] = {}
 
-    def add(self, obj: Any, previous: Any) -> None:
+    def add(self, obj: Any, previous: Any, given: Any) -> None:
         key, held = id(obj), self._held
 
         def gone(_ref, key=key, held=held):
             held.pop(key, None)
 
-        held[key] = (weakref.ref(obj, gone), previous)
+        held[key] = (weakref.ref(obj, gone), previous, given)
 
-    def items(self) -> list[tuple[Any, Any]]:
-        return [(obj, prev) for ref, prev in list(self._held.values()) if (obj := ref()) is not None]
+    def items(self) -> list[tuple[Any, Any, Any]]:
+        return [(obj, prev, given) for ref, prev, given in list(self._held.values()) if (obj := ref()) is not None]
 
     def __iter__(self):
-        return iter([obj for obj, _ in self.items()])
+        return iter([obj for obj, _, _ in self.items()])
 
     def __len__(self) -> int:
         return len(self._held)
@@ -276,7 +278,9 @@ def _held_value(obj: Any, attr: str) -> Any:
 
 def install_value_on_instances(patch: Patch, place: Place, value: Any, count: bool) -> Applied:
     """`kind: set` + `instances: true`: wrap the class's `__init__` so that, after vLLM's own `__init__` (which
-    assigns `self.attr`), each new object gets `value` as its attribute. Counted: objects set.
+    assigns `self.attr`), each new object gets `value` as its attribute (a list, dict or set written in the YAML
+    is copied for each object, so objects never share one mutable value; an object from `value_from` is the same
+    for all). Counted: objects set.
 
     `unpatch` puts back `__init__`; each object made meanwhile that still holds exactly the value set here gets
     back what vLLM's `__init__` gave it (an object whose attribute vLLM or anybody changed since keeps that value:
@@ -288,19 +292,21 @@ def install_value_on_instances(patch: Patch, place: Place, value: Any, count: bo
     upstream_init = cls.__init__  # through the MRO when the class has no own __init__
     objects = ObjectsSet() if cls.__weakrefoffset__ else None
     counter = applied.counter
+    copied = patch.value_from is None and isinstance(value, (list, dict, set))
 
     def patched_init(self, *args, **kwargs):
         upstream_init(self, *args, **kwargs)
         previous = _held_value(self, attr)
-        setattr(self, attr, value)
+        given = copy.deepcopy(value) if copied else value
+        setattr(self, attr, given)
         if count:
             counter.calls += 1
         if objects is not None:
-            objects.add(self, previous)
+            objects.add(self, previous, given)
 
     def restore() -> None:
-        for obj, previous in (objects.items() if objects is not None else ()):
-            if _held_value(obj, attr) is not value:
+        for obj, previous, given in (objects.items() if objects is not None else ()):
+            if _held_value(obj, attr) is not given:
                 continue  # changed since by vLLM or anybody: theirs now
             if previous is MISSING:
                 try:

@@ -197,3 +197,14 @@ def test_declaration_errors():
                         "give 'instances: true' (an attribute of each object) or 'inherited_from'")):
         with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)")):
             Patch.model_validate(patch_doc(id="x", processes=["frontend"], **doc))
+
+
+def test_a_mutable_literal_is_copied_for_each_object(tmp_path):
+    """`value: [..]` must not become one list shared by every pool (a mutation through one would show in all)."""
+    loader = _loader(tmp_path, _doc("lists", ENABLE_CACHING, value=[1, 2]))
+    a, b = _pool(), _pool()
+    assert a.enable_caching == [1, 2] and a.enable_caching is not b.enable_caching
+    a.enable_caching.append(3)
+    assert b.enable_caching == [1, 2]
+    loader.unpatch()
+    assert a.enable_caching is True and b.enable_caching is True  # still the lists the patch gave: given back
