@@ -246,7 +246,11 @@ def _outside_upstream(file: Optional[str], upstream_module: str) -> bool:
     def inside(roots) -> bool:
         return any(path == r or path.startswith(r + os.sep) for r in roots)
 
-    if inside([os.path.abspath(p) for p in getattr(sys.modules.get(top), "__path__", [])]):
+    mod = sys.modules.get(top)
+    own = list(getattr(mod, "__path__", None) or [])
+    if not own and getattr(mod, "__file__", None):
+        own = [mod.__file__]  # a single-file upstream module: its own file
+    if inside([os.path.abspath(p) for p in own]):
         return False
     return not inside(fp.upstream_code_roots(top))
 
@@ -322,7 +326,9 @@ def _judged(patch: Patch, spec: str, pin: Fingerprint, live: Fingerprint) -> Opt
     found = judge_all(patch, compare(patch.key, spec, pin, live))
     if not found:
         return None
-    return Finding("fingerprint", "; ".join(f"{b.explain()} ({b.verdict()})" for b in found), pin.kind, live.kind,
+    first = found[0]  # the record's expected/found: what differs first (a value digest, a kind, a signature)
+    return Finding("fingerprint", "; ".join(f"{b.explain()} ({b.verdict()})" for b in found),
+                   first.old if first.old is not None else pin.kind, first.new if first.new is not None else live.kind,
                    found)
 
 
