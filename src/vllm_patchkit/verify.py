@@ -456,12 +456,13 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         # upstream package is never a conflict. A layer whose code lives anywhere else is
         # someone else's wrapper; one whose code is in a dependency (torch.no_grad(), the
         # stdlib's functools.cache) is upstream's only when the pin has it.
-        upstream_module = patch.target.partition(":")[0]
+        upstream_spec = getattr(place, "definer", "") or patch.target  # inherited (instances): the base's place
+        upstream_module = upstream_spec.partition(":")[0]
         foreign = fp.foreign_layers(raw, upstream_module)
         if foreign:
             return Finding("conflict", f"{patch.target} is wrapped by someone else ({_layer_sites(raw, upstream_module)}); "
                            "refusing to stack on it", list(pin.wrappers), foreign)
-        replaced = foreign_replacement(patch, patch.target, raw)
+        replaced = foreign_replacement(patch, upstream_spec, raw)
         if replaced is not None:
             return replaced
         added = fp.unpinned_layers(raw, upstream_module, list(pin.wrappers))
@@ -479,7 +480,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         bad = _compare(patch.target, want, live, raw, patch)
         if bad is not None:
             return bad
-        by_value = _held_by_value(patch, fp.innermost(raw))
+        by_value = None if getattr(place, "definer", "") else _held_by_value(patch, fp.innermost(raw))
         if by_value is not None:
             return by_value
         replaced = _replaced_by(getattr(place, "definer", "") or patch.target, fp.innermost(raw),
