@@ -1,13 +1,17 @@
 """Recall of the scan against the corpus catalogues (tests/corpus/*/catalogue.yaml): every catalogued place of
 a plugin whose source can be had is found (same file within ±3 lines, or the same target), recall >= 0.90 per
 plugin. Same function as scripts/scan_recall.py. ATOM (a GitHub source) is scanned only when $PATCHKIT_ATOM_SRC
-names a checkout of ROCm/ATOM."""
+names a folder holding its atom/plugin/vllm/ (a checkout, or the files assembled at the versions the catalogue was
+read from: tests/data/atom_scan_recall.yaml records that figure, 100 of 110, and the file versions)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_patchkit.scan.recall import ATOM_ENV, read_catalogue, places_of, recall_of, source_of
 from vllm_patchkit.scan.scanner import scan
@@ -31,3 +35,42 @@ def test_recall_per_plugin(path, upstream):
 
 def test_corpus_has_catalogues():
     assert CATALOGUES, "no corpus catalogue to measure recall against"
+
+
+# -- ROCm/ATOM: the figure recorded in tests/data/atom_scan_recall.yaml ------------------------------------------
+ATOM_RECORD = Path(__file__).resolve().parents[1] / "data" / "atom_scan_recall.yaml"
+
+
+def test_atom_record_is_consistent():
+    """The record's own figures agree, and its unfound places are places of the catalogue (runs without ATOM)."""
+    rec = yaml.safe_load(ATOM_RECORD.read_text(encoding="utf-8"))
+    cat_ids = {p.id for p in places_of(read_catalogue(CORPUS / "atom" / "catalogue.yaml"))}
+    assert rec["places"] == len(cat_ids)
+    assert rec["found"] + len(rec["unfound"]) == rec["places"]
+    assert rec["recall"] == round(rec["found"] / rec["places"], 2) and rec["recall"] >= 0.90
+    assert {u["id"] for u in rec["unfound"]} <= cat_ids and all(u["reason"] for u in rec["unfound"])
+    assert all(f["path"].startswith("atom/plugin/vllm/") and len(f["sha256"]) == 64 for f in rec["files"])
+
+
+def test_atom_recall_matches_record(upstream):
+    """With $PATCHKIT_ATOM_SRC naming the assembled folder: recall >= 0.90, and exactly the recorded figure."""
+    src = os.environ.get(ATOM_ENV)
+    if not src:
+        pytest.skip(f"set ${ATOM_ENV} to a folder holding ROCm/ATOM's atom/plugin/vllm/*.py at the versions "
+                    f"{ATOM_RECORD.relative_to(ATOM_RECORD.parents[2])} lists under `files` (read them through the "
+                    "code index or a git snapshot of ROCm/ATOM; its header says how), then rerun")
+    rec = yaml.safe_load(ATOM_RECORD.read_text(encoding="utf-8"))
+    root = Path(src)  # the folder that holds atom/plugin/vllm/ (as a checkout of the repository does)
+    differ = []
+    for f in rec["files"]:
+        p = root / f["path"]
+        if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
+            differ.append(f["path"])
+    places = places_of(read_catalogue(CORPUS / "atom" / "catalogue.yaml"))
+    r = recall_of("ROCm/ATOM", places, scan(str(src), upstream=upstream))
+    missed = sorted(p.id for p in r.missed)
+    note = f" (files missing or not at the recorded versions: {differ})" if differ else ""
+    assert r.recall >= 0.90, f"recall {r.recall:.2f} ({len(r.found)}/{len(places)}); missed {missed}{note}"
+    assert (len(places), len(r.found)) == (rec["places"], rec["found"]), (
+        f"found {len(r.found)} of {len(places)}, recorded {rec['found']} of {rec['places']}; missed {missed}{note}")
+    assert missed == sorted(u["id"] for u in rec["unfound"]), note

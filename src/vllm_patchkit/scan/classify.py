@@ -65,6 +65,10 @@ def classify(site: Site, selected: dict[str, str]) -> None:
             site.reason = ("adds an attribute this release does not have (the plugin's own bookkeeping, e.g. the "
                            "saved original): nothing of vLLM changes there")
             return
+        if instance:
+            site.reason = ("an attribute of a vLLM object set at run time (a field of the run's config, of a metadata "
+                           "or manager object): the schema sets module and class attributes, not the run's objects")
+            return
         site.declare = "set"
         if f.get("value_kind") == "literal":
             site.hints["value"] = f.get("value")
@@ -72,8 +76,6 @@ def classify(site: Site, selected: dict[str, str]) -> None:
             site.hints["value_from"] = f.get("value_spec")
         else:
             site.hints["value_from"] = "TODO.module:object_the_plugin_sets"
-        if instance:
-            site.notes.append("set on an object, not on the class: `set` targets the class attribute")
     elif m == "env":
         if f.get("value") is None:
             site.declare = "env_default"
@@ -111,6 +113,12 @@ def classify(site: Site, selected: dict[str, str]) -> None:
             site.reason = ("an override in a subclass vLLM does not build from a config field (a model, a "
                            "connector, a backend, a platform...): no kind states it; its base method can be pinned "
                            "through `uses:`/`reimplements:` of the patch that relies on it")
+    elif m == "refuse":
+        site.reason = ("the plugin stops vLLM here (raise " + str(f.get("exception")) + " in its override of "
+                       + str(f.get("override")) + "): declare `kind: refuse` with `message:` and the plugin's "
+                       "condition as `when:`, if `when` can state it")
+        if f.get("message"):
+            site.hints["message"] = f["message"]
     elif m == "copy_body":
         site.reason = ("a copy of an upstream body: state it as `reimplements:` of the patch that installs the "
                        "copy" + (f" (here: {f.get('installed_by')})" if f.get("installed_by") else ""))

@@ -20,6 +20,7 @@ MECHANISMS = (
     "registry",           # a registration through one of vLLM's registries
     "env",                # a VLLM_* environment variable set or defaulted
     "copy_body",          # a plugin function whose body is a copy of a vLLM function's
+    "refuse",             # a raise in a method overriding a vLLM hook (or in what it calls): vLLM stops there
     "parse_error",        # a file that does not parse (a finding, not a crash)
 )
 
@@ -39,6 +40,7 @@ class Site:
     hints: dict[str, Any] = field(default_factory=dict)   # schema fields the draft fills (instances, value, ...)
     notes: list[str] = field(default_factory=list)        # facts a reviewer needs (calls super(), similarity)
     reason: Optional[str] = None        # why not declarable (declare is None)
+    writes: list[str] = field(default_factory=list)       # registry: the vLLM tables the registration stores into
     facts: dict[str, Any] = field(default_factory=dict, repr=False)  # scanner internals (not reported)
 
     @property

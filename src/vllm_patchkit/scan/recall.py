@@ -1,6 +1,7 @@
 """Recall of the scan against the corpus (`tests/corpus/<plugin>/catalogue.yaml`, format in its README):
 the share of catalogued places the scan reports. A place is found when a site is in the same file within
-±3 lines of its `where`, or names the same target (for a catalogued class: a site on one of its members).
+±3 lines of its `where`, or names the same target (for a catalogued class: a site on one of its members; for a
+catalogued registry table: a registration that stores into it, `Site.writes`).
 
 Plugin sources: a registry plugin is downloaded once with `pip download --no-deps NAME==VERSION` into the plugin
 cache (`$VLLM_PATCHKIT_PLUGIN_CACHE`, default ~/.cache/vllm-patchkit/plugins); a GitHub source (ATOM) is read
@@ -113,7 +114,7 @@ def matches(place: Place, site: Site) -> bool:
     if place.file and site.file and _same_file(place.file, site.file) and abs(site.line - place.line) <= LINES:
         return True
     if place.target:
-        for t in (site.target, site.defined_at):
+        for t in (site.target, site.defined_at, *site.writes):
             if t and (t == place.target or t.startswith(place.target + ".")):
                 return True
     return False

@@ -10,7 +10,7 @@ from typing import Optional, Union
 
 from .classify import classify
 from .model import ScanResult, Site
-from .sites import FileScanner, is_vllm
+from .sites import FileScanner, _calls_super, is_vllm
 from .sources import PluginSource, open_plugin
 from .upstream import SIMILARITY, Upstream, similarity
 from ..static import Definition, Missing
@@ -82,10 +82,17 @@ class Scan:
                 self.defs.update(_plugin_defs(tree, pf.module))
             except RecursionError:
                 pass
+        release = self.up if self.up.release is not None else None
+        returns: dict[str, list[tuple]] = {}  # plugin functions returning vLLM objects, for loops in any file
+        for pf, tree in trees:
+            try:
+                returns.update(FileScanner(pf.path, pf.module, tops, False, release).returns(tree))
+            except (Exception, RecursionError):
+                pass
         scanners = []
         for pf, tree in trees:
             is_pkg = PurePosixPath(pf.path).name == "__init__.py"
-            sc = FileScanner(pf.path, pf.module, tops, is_pkg)
+            sc = FileScanner(pf.path, pf.module, tops, is_pkg, release, returns)
             try:
                 sc.run(tree)
             except (Exception, RecursionError) as exc:  # a scanner bug on odd input: a finding, never a crash
@@ -103,6 +110,7 @@ class Scan:
                             for b in bs:
                                 if b.startswith("plugin:"):
                                     bases += self.class_bases.get(b[len("plugin:"):], [])
+        result.sites += self._mixin_overrides(scanners)
         sites = []
         for site in result.sites:
             try:
@@ -112,6 +120,7 @@ class Scan:
                 site.notes.append(f"could not be placed at the release: {type(exc).__name__}: {exc}")
                 sites.append(site)
         sites += self._copies(sites, trees)
+        sites += self._refusals(sites, trees)
         selected = {s.facts["plugin_class"]: s.facts["config_field"] for s in sites
                     if s.mechanism == "config_field" and s.facts.get("plugin_class")}
         for site in sites:
@@ -122,6 +131,82 @@ class Scan:
         sites.sort(key=lambda s: (s.file, s.line, s.mechanism))
         result.sites = sites
         return result
+
+    def _mixin_overrides(self, scanners) -> list[Site]:
+        """Methods a plugin class gets from a mixin of its own (a base with no vLLM base) when the class also
+        derives from a vLLM class: in the MRO the mixin's methods come first, so each one that the vLLM base
+        has overrides it (`class S(_FixMixin, Scheduler)`), reported at the mixin's method."""
+        classes: dict[str, tuple] = {}
+        for sc in scanners:
+            for qual, node, bases in sc.facts_classes:
+                classes.setdefault(qual, (sc.path, node, bases))
+        out: list[Site] = []
+        seen: set[tuple] = set()
+        for qual, (_path, node, bases) in classes.items():
+            vbases = self.class_bases.get(qual) or []
+            if not vbases:
+                continue
+            for b in bases:
+                mixin = b[len("plugin:"):] if b.startswith("plugin:") else None
+                if mixin is None or mixin not in classes or self.class_bases.get(mixin):
+                    continue
+                mpath, mnode, _ = classes[mixin]
+                for stmt in mnode.body:
+                    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or (mixin, stmt.name) in seen:
+                        continue
+                    seen.add((mixin, stmt.name))
+                    out.append(Site("subclass_override", mpath, stmt.lineno, None,
+                                    f"{qual}.{stmt.name} (from the mixin {mixin.split(':')[-1]})",
+                                    facts={"cls": qual, "cls_node": node, "bases": vbases, "method": stmt.name,
+                                           "fn": stmt, "calls_super": _calls_super(stmt, mnode), "mixin": mixin}))
+        return out
+
+    def _refusals(self, sites: list[Site], trees) -> list[Site]:
+        """Where the plugin refuses a configuration: a `raise` (not NotImplementedError, not a re-raise in an
+        `except`) in a method overriding a vLLM hook that vLLM hands its configuration (a parameter the release
+        annotates with a `vllm.config` class: `check_and_update_config(vllm_config)`, a scheduler's or a
+        connector's `__init__`), or in a function of the same file that method calls (three calls deep).
+        Reported on the hook vLLM calls: the base-most vLLM definition of the overridden method (a platform's
+        `check_and_update_config` refuses for `Platform.check_and_update_config`, whatever platform it extends)."""
+        if self.up.release is None:
+            return []
+        funcs: dict[str, dict[str, ast.AST]] = {}
+        for pf, tree in trees:
+            funcs[pf.path] = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        out: list[Site] = []
+        seen: set[tuple] = set()
+        for site in sites:
+            if site.mechanism != "subclass_override" or not site.target or site.facts.get("fn") is None:
+                continue
+            if not self.up.takes_config(site.defined_at or site.target):
+                continue
+            hook = self.up.root_of(site.target) or site.target
+            stack, visited = [(site.facts["fn"], 0)], set()
+            while stack:
+                fn, depth = stack.pop()
+                if id(fn) in visited:
+                    continue
+                visited.add(id(fn))
+                for node in _own_nodes(fn):
+                    if isinstance(node, ast.Raise):
+                        exc = _raised(node)
+                        if exc is None or (site.file, node.lineno, hook) in seen:
+                            continue
+                        seen.add((site.file, node.lineno, hook))
+                        arg = node.exc.args[0] if isinstance(node.exc, ast.Call) and node.exc.args else None
+                        if isinstance(arg, ast.Name):  # raise ValueError(msg): the message the function built
+                            bound = [n for n in _own_nodes(fn) if isinstance(n, ast.Assign) and n.lineno < node.lineno
+                                     and any(isinstance(x, ast.Name) and x.id == arg.id for x in n.targets)]
+                            arg = max(bound, key=lambda n: n.lineno).value if bound else arg
+                        msg = _short_expr(arg) if arg is not None else ""
+                        via = "" if fn is site.facts["fn"] else f" (in {getattr(fn, 'name', '?')}, called from it)"
+                        out.append(Site("refuse", site.file, node.lineno, None, hook,
+                                        what=f"raise {exc}{': ' + msg if msg else ''}{via}",
+                                        facts={"override": site.target, "exception": exc, "message": msg}))
+                    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and depth < 3
+                          and node.func.id in funcs.get(site.file, {})):
+                        stack.append((funcs[site.file][node.func.id], depth + 1))
+        return out
 
     # -- placing at the release
     def _place(self, site: Site) -> bool:
@@ -151,6 +236,12 @@ class Scan:
             site.target = None
         if site.target and site.mechanism not in ("sys_modules", "registry"):
             self._missing(site)
+        if site.mechanism == "registry" and site.target:  # the tables the registration stores into
+            for spec in (site.target, site.defined_at):
+                if spec:
+                    site.writes = [w for w in self.up.writes(spec) if w not in site.writes] + site.writes
+            if site.writes:
+                site.notes.append(f"stores into {', '.join(site.writes)}")
         return True
 
     def _defined_at(self, spec: str) -> Optional[str]:
@@ -245,6 +336,35 @@ class Scan:
                         if self.up.is_module(mod):
                             compare(node, node.name, f"{mod}:{node.name}", pf.path, None)
         return out
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of a function's own body: not those of the functions and classes it defines, nor of its
+    `except` handlers (a raise there re-raises or translates a failure, it is no refusal)."""
+    stack = list(getattr(fn, "body", []))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ExceptHandler)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _raised(node: ast.Raise) -> Optional[str]:
+    """The exception class a `raise` names, unless it is no refusal (a bare re-raise, NotImplementedError)."""
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    name = exc.attr if isinstance(exc, ast.Attribute) else exc.id if isinstance(exc, ast.Name) else None
+    if name is None or name in ("NotImplementedError", "StopIteration", "StopAsyncIteration"):
+        return None
+    return name
+
+
+def _short_expr(e: ast.AST, n: int = 80) -> str:
+    try:
+        text = " ".join(ast.unparse(e).split())
+    except Exception:
+        return "?"
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def site_dotted(spec: str) -> str:
