@@ -243,7 +243,9 @@ def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: 
 
 # -- the live-fingerprint cache (cache.py) ----------------------------------------------------------
 # Parsing a target's source costs 1-20 ms (a class, or a function in a big module); the result depends only
-# on the file's text, so it is kept per (file, size, mtime_ns, qualname, line, kind, digest or not).
+# on the file's text, so it is kept per (file, size, mtime_ns, inode, qualname, line, kind, digest or not). The
+# file as a whole carries the digest of its content (cache.py): an entry edited in place (a pinned signature
+# put where the live one differs) fails it, and every fingerprint is then computed from the source again.
 _FP_CACHE_NAME = "fingerprints.json"
 _fp_cache: Optional[dict] = None
 
@@ -264,7 +266,17 @@ def _cache_key(func: Any, kind: str, with_digest: bool) -> Optional[str]:
         st = os.stat(file)
     except OSError:
         return None
-    return f"{file}|{st.st_size}|{st.st_mtime_ns}|{func.__module__}:{func.__qualname__}|{line}|{kind}|{int(with_digest)}"
+    return (f"{file}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{func.__module__}:{func.__qualname__}|{line}|{kind}"
+            f"|{int(with_digest)}")
+
+
+def _entries(body: Any) -> Optional[dict]:
+    entries = body.get("entries") if isinstance(body, dict) else None
+    if not isinstance(entries, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(x is None or isinstance(x, str) for x in v)
+            for v in entries.values()):
+        return None
+    return entries
 
 
 def _cached_fingerprints() -> dict:
@@ -272,8 +284,12 @@ def _cached_fingerprints() -> dict:
     if _fp_cache is None:
         from . import cache
 
-        data = cache.read(_FP_CACHE_NAME)
-        _fp_cache = data if isinstance(data, dict) and data.get("format") == cache.FORMAT else {"format": cache.FORMAT}
+        body = cache.read(_FP_CACHE_NAME)  # a tampered or foreign file: None, said in the record, recomputed
+        entries = _entries(body) if body is not None else {}
+        if entries is None:
+            cache.rebuilt(_FP_CACHE_NAME, "its entries are not [signature, digest] pairs", cache.TAMPERED)
+            entries = {}
+        _fp_cache = entries
     return _fp_cache
 
 
@@ -283,14 +299,13 @@ def _remember(key: str, fp: Fingerprint) -> None:
 
     entries = _cached_fingerprints()
     entries[key] = [fp.signature, fp.source_digest]
-    on_disk = cache.read(_FP_CACHE_NAME)  # keep what other processes added meanwhile
-    if isinstance(on_disk, dict) and on_disk.get("format") == cache.FORMAT:
+    on_disk = _entries(cache.read_entry(_FP_CACHE_NAME)[0])  # keep what other processes added meanwhile
+    if on_disk:
         on_disk.update(entries)
         entries = on_disk
     if len(entries) > 4096:  # stale keys of older releases: start over rather than grow without bound
-        entries = {"format": cache.FORMAT, key: [fp.signature, fp.source_digest]}
-    cache.write(_FP_CACHE_NAME, entries)
-
+        entries = {key: [fp.signature, fp.source_digest]}
+    cache.write(_FP_CACHE_NAME, {"entries": entries})
 
 
 def wrapper_layers(raw: Any, ours: set[int] = frozenset()) -> list[str]:
@@ -332,8 +347,9 @@ def upstream_code_roots(top: str) -> tuple[str, ...]:
     # packages_distributions() reads every installed distribution's RECORD (~150 ms): kept per installation
     digest = hashlib.sha256(json.dumps([top, cache.installation_stamp()]).encode()).hexdigest()[:16]
     cache_name = f"roots-{top}-{digest}.json"
-    hit = cache.read(cache_name)
-    if isinstance(hit, dict) and hit.get("key") == digest and isinstance(hit.get("roots"), list):
+    hit = cache.read(cache_name)  # verified against its digest; keyed by the installation
+    if (isinstance(hit, dict) and hit.get("key") == digest and isinstance(hit.get("roots"), list)
+            and all(isinstance(r, str) for r in hit["roots"])):
         return tuple(hit["roots"])
     names = {top}
     try:

@@ -122,48 +122,92 @@ def _other_finders(fullname: str, path) -> Any:
 
 # -- the once-per-installation cache of the validated patch sets (cache.py) -------------------------
 # Finding the sets (entry points of every distribution, ~20 ms), reading and validating every patch YAML and
-# manifest (~50 ms) give the same answer in every process of an installation: kept, keyed by what is installed,
-# the framework's validating code and the environment; reused only while every file in the sets' folders has
-# the size and mtime it had (a changed, added or removed patch YAML, module or manifest recomputes).
+# manifest (~50 ms) give the same answer in every process of an installation: kept as JSON in
+# `patchsets-<key>.json`, the key made of what is installed, the framework's validating code and the
+# environment. The entry holds the stamp of every input (each file in the sets' folders by size, mtime, inode,
+# and each YAML's content digest; each entry point's module and its distribution's entry_points.txt, METADATA
+# and RECORD, with their digests) and is used only while all of them are unchanged and its own digest matches
+# (cache.read_entry); otherwise it is rebuilt from the files, and the process record says why.
 def _sets_key(sets, with_env: bool) -> tuple[list, str]:
-    import hashlib
-    import json
-
     from . import cache
     from .patchsets import EXTRA_ENV
 
     key = [cache.installation_stamp(), cache.code_stamp(), sorted(sets) if sets is not None else None, with_env,
            os.environ.get(EXTRA_ENV) if with_env else None]
-    return key, hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:16]
+    return key, cache.digest_of(key)
 
 
-def _cached_sets(sets, with_env: bool):
+def _sets_inputs(folders: list, files: list) -> dict:
     from . import cache
 
+    return {"folders": cache.folder_stamp(folders, digest=lambda p: p.endswith(".yaml")),
+            "files": cache.file_stamp(files)}
+
+
+def _cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
+    """((patch set, manifests), None) from a verified entry, else (None, the entry's name) after saying why it
+    was not used (a missing entry is said by `_cache_sets`, once it is written)."""
+    from . import cache
+    from .schema import Manifest
+
+    if cache.cache_dir() is None:
+        cache.report(f"cache: off ({cache.CACHE_DIR_ENV}={os.environ.get(cache.CACHE_DIR_ENV)})")
+        return None, None
     try:
         _, digest = _sets_key(sets, with_env)
-    except Exception:
-        return None
-    hit = cache.read(f"patchsets-{digest}.pickle", binary=True)
-    if not isinstance(hit, dict) or hit.get("key") != digest:
-        return None
-    if cache.folder_stamp(hit.get("folders", [])) != hit.get("stamp"):
-        return None  # a patch, module or manifest changed since: validate again
-    ps, ms = hit.get("patch_set"), hit.get("manifests")
-    if not isinstance(ps, PatchSet) or not isinstance(ms, dict):
-        return None
-    return ps, ms
+    except Exception as exc:
+        log.debug("vllm-patchkit: patch-set cache key: %s", exc)
+        return None, None
+    name = f"patchsets-{digest}.json"
+    body, why = cache.read_entry(name)
+    if why is not None:
+        cache.rebuilt(name, why[1], why[0])
+        return None, name
+    if body is None:
+        return None, name
+    try:
+        if body.get("key") != digest:
+            cache.rebuilt(name, f"it holds the entry of another key ({body.get('key')!r:.20})", cache.TAMPERED)
+            return None, name
+        now = _sets_inputs(body["folders"], body["files"])
+        if now != body["inputs"]:
+            cache.rebuilt(name, cache.first_difference(body["inputs"], now), cache.STALE)
+            return None, name
+        content = body["content"]
+        ps = PatchSet({k: cache.load_model(Patch, d) for k, d in content["patches"].items()},
+                      dict(content["files"]), dict(content["set_of"]))
+        ms = {v: manifests_mod.Loaded(cache.load_model(Manifest, m["manifest"]), m["path"])
+              for v, m in content["manifests"].items()}
+        if not all(isinstance(x, str) for d in (ps.files, ps.set_of) for kv in d.items() for x in kv) or not all(
+                k == p.key for k, p in ps.patches.items()) or not all(isinstance(m.path, str) for m in ms.values()):
+            raise cache.NotRebuildable("a file name or key of the wrong type")
+    except (cache.NotRebuildable, AttributeError, KeyError, TypeError, ValueError) as exc:
+        cache.rebuilt(name, f"its content does not fit the schema ({exc})", cache.TAMPERED)
+        return None, name
+    cache.report(f"cache: used: {name} (its digest and every input verified)")
+    return (ps, ms), name
 
 
-def _cache_sets(sets, with_env: bool, sources, dirs, ps: PatchSet, ms: dict) -> None:
+def _cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> None:
     from . import cache
 
+    if name is None:
+        return
     try:
-        _, digest = _sets_key(sets, with_env)
+        not_json = [k for k, p in ps.patches.items() if not cache.cacheable(p)]
+        not_json += [m.path for m in ms.values() if not cache.cacheable(m.manifest)]
+        if not_json:
+            cache.report(f"cache: not written: {name}: {', '.join(not_json)} does not come back from JSON unchanged")
+            return
         folders = sorted({str(s.patches) for s in sources} | {str(d) for d in dirs})
-        cache.write(f"patchsets-{digest}.pickle", {"key": digest, "folders": folders,
-                                                     "stamp": cache.folder_stamp(folders),
-                                                     "patch_set": ps, "manifests": ms}, binary=True)
+        files = sorted({f for s in sources for f in getattr(s, "inputs", ())})
+        content = {"patches": {k: cache.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
+                   "set_of": ps.set_of,
+                   "manifests": {v: {"path": m.path, "manifest": cache.dumps(m.manifest)} for v, m in ms.items()}}
+        body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
+                "inputs": _sets_inputs(folders, files), "content": content}
+        if cache.write(name, body):
+            cache.report(f"cache: written: {name}")
     except Exception as exc:  # never fatal: the next process validates again
         log.debug("vllm-patchkit: patch-set cache not written: %s", exc)
 
@@ -235,18 +279,22 @@ class Loader:
         """Every installed patch set (the framework's own first, then each entry point's, then the
         folders in $VLLM_PATCHKIT_EXTRA_PATCHES) with their manifests. `sets` narrows by name;
         `manifest_dir` stands in for every product set's manifests (tests simulate a release with it)."""
-        cached = _cached_sets(sets, with_env) if manifest_dir is None else None
+        from . import cache
+
+        cached, name = _cached_sets(sets, with_env) if manifest_dir is None else (None, None)
         if cached is not None:
-            return cls(cached[0], cached[1], role=role, **kw)
-        sources = discover(sets, with_env=with_env)
-        ps = load_patch_set(sources)
-        dirs = manifest_dirs(sources)
-        if manifest_dir is not None:
-            dirs = [s.manifests for s in sources if s.name == CORE and s.manifests] + [Path(manifest_dir)]
-        ms = manifests_mod.load_manifests(dirs, ps)
-        if manifest_dir is None:
-            _cache_sets(sets, with_env, sources, dirs, ps, ms)
-        return cls(ps, ms, role=role, **kw)
+            loader = cls(cached[0], cached[1], role=role, **kw)
+        else:
+            sources = discover(sets, with_env=with_env)
+            ps = load_patch_set(sources)
+            dirs = manifest_dirs(sources)
+            if manifest_dir is not None:
+                dirs = [s.manifests for s in sources if s.name == CORE and s.manifests] + [Path(manifest_dir)]
+            ms = manifests_mod.load_manifests(dirs, ps)
+            loader = cls(ps, ms, role=role, **kw)
+            _cache_sets(name, sources, dirs, ps, ms)  # only a set the loader accepted
+        cache.attach(loader.process)  # the record says what the caches did, now and later (fingerprints)
+        return loader
 
     # -- plan ---------------------------------------------------------------
     def _plan(self) -> list[tuple[Patch, Optional[ManifestEntry], str]]:

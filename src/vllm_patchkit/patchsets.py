@@ -11,7 +11,8 @@ for but missing or empty is an error naming it, never an empty set.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Optional
@@ -32,6 +33,9 @@ class PatchSetSource:
     manifests: Optional[Path] = None
     adapters: Optional[str] = None  # an importable package with the set's model adapters
     origin: str = ""  # where it was declared (entry point, environment variable)
+    # files the set's declaration depends on besides its folders: the entry point's module (and its packages'
+    # __init__) and its distribution's entry_points.txt, METADATA and RECORD (the start-up cache's inputs)
+    inputs: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
 
 def core_set() -> PatchSetSource:
@@ -50,7 +54,22 @@ def _from_entry_point(ep) -> PatchSetSource:
     if not isinstance(src, PatchSetSource):
         raise DeclarationError(where, "value", f"expected a PatchSetSource, got {type(src).__name__}")
     return PatchSetSource(src.name, Path(src.patches), Path(src.manifests) if src.manifests else None,
-                          src.adapters, where)
+                          src.adapters, where, _entry_point_inputs(ep))
+
+
+def _entry_point_inputs(ep) -> tuple[str, ...]:
+    """The files an entry point's answer depends on: its module and the packages above it (what `ep.load()`
+    ran), and its distribution's metadata (where the entry point itself is declared)."""
+    out = []
+    parts = ep.module.split(".")
+    for i in range(len(parts)):
+        file = getattr(sys.modules.get(".".join(parts[: i + 1])), "__file__", None)
+        if file:
+            out.append(os.path.abspath(file))
+    info = getattr(getattr(ep, "dist", None), "_path", None)  # the dist-info folder (importlib.metadata.PathDistribution)
+    if info is not None:
+        out += [os.path.join(str(info), n) for n in ("entry_points.txt", "METADATA", "RECORD")]
+    return tuple(out)
 
 
 def installed_sets() -> list[PatchSetSource]:

@@ -4,7 +4,6 @@ never trusted when corrupt or not this user's."""
 from __future__ import annotations
 
 import os
-import pickle
 import time
 from pathlib import Path
 
@@ -77,15 +76,15 @@ def test_a_corrupt_or_foreign_fingerprint_cache_is_ignored_and_rewritten(cache_d
 
     want = fp.live(get_kv_cache_configs, False, with_digest=True)
     path = cache_dir / "fingerprints.json"
-    path.write_text('{"format": 1, "trunc')  # a torn file, as a crash of another writer could not leave it
+    path.write_text('{"format": 2, "trunc')  # a torn file, as a crash of another writer could not leave it
     monkeypatch.setattr(fp, "_fp_cache", None)
     assert fp.live(get_kv_cache_configs, False, with_digest=True) == want
     assert cache.read("fingerprints.json") is not None  # rewritten
-    # a planted entry in a group-writable file is not read: the real source is parsed
+    # a planted entry (with a correct digest) in a group-writable file is not read: the real source is parsed
     data = cache.read("fingerprints.json")
-    for key in [k for k in data if k != "format"]:
-        data[key] = ["(forged)", "sha256:0"]
-    path.write_text(__import__("json").dumps(data))
+    for key in data["entries"]:
+        data["entries"][key] = ["(forged)", "sha256:0"]
+    assert cache.write("fingerprints.json", data)
     os.chmod(path, 0o666)
     monkeypatch.setattr(fp, "_fp_cache", None)
     assert fp.live(get_kv_cache_configs, False, with_digest=True) == want
@@ -124,7 +123,7 @@ def test_patch_sets_are_validated_once_per_installation_and_again_after_an_edit(
     validated = _count(monkeypatch, loader_mod, "load_patch_set")
     first = Loader.builtin(role="frontend", write_records=False)
     assert len(validated) == 1 and first.patch_set.patches["extra-probe@1"].summary == "first"
-    [entry] = list(cache_dir.glob("patchsets-*.pickle"))
+    [entry] = list(cache_dir.glob("patchsets-*.json"))
     second = Loader.builtin(role="frontend", write_records=False)
     assert len(validated) == 1  # from the cache
     assert second.patch_set.patches.keys() == first.patch_set.patches.keys()
@@ -142,9 +141,9 @@ def test_patch_sets_are_validated_once_per_installation_and_again_after_an_edit(
         Loader.builtin(role="frontend", write_records=False)
     (folder / "broken.yaml").unlink()
 
-    entry.write_bytes(b"not a pickle")  # corrupt: ignored and rewritten
+    entry.write_bytes(b"not an entry")  # corrupt: ignored and rewritten
     Loader.builtin(role="frontend", write_records=False)
-    assert len(validated) == 4 and isinstance(pickle.loads(entry.read_bytes()), dict)
+    assert len(validated) == 4 and cache.read_entry(entry.name)[1] is None
 
 
 def test_another_set_of_extra_folders_is_another_entry(cache_dir, tmp_path, monkeypatch):
