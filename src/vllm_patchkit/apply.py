@@ -230,13 +230,7 @@ def install_on_instances(patch: Patch, place: Place, impl: Any, count: bool, ctx
         if objects is not None:
             objects.add(self)
 
-    functools.update_wrapper(patched_init, upstream_init)
-    patched_init.__wrapped__ = upstream_init
-    setattr(patched_init, MARK, patch.key)
-    where.set_raw(patched_init)
-    applied.places.append((where, raw_init))
-    applied.instances = objects if objects is not None else ()
-    applied.installed, applied.original = patched_init, upstream_init
+    _install_init(patch, applied, where, raw_init, patched_init, upstream_init, objects)
     return applied
 
 
@@ -316,13 +310,7 @@ def install_value_on_instances(patch: Patch, place: Place, value: Any, count: bo
             else:
                 setattr(obj, attr, previous)
 
-    functools.update_wrapper(patched_init, upstream_init)
-    patched_init.__wrapped__ = upstream_init
-    setattr(patched_init, MARK, patch.key)
-    where.set_raw(patched_init)
-    applied.places.append((where, raw_init))
-    applied.instances = objects if objects is not None else ()
-    applied.installed, applied.original = patched_init, upstream_init
+    _install_init(patch, applied, where, raw_init, patched_init, upstream_init, objects)
     applied.restore = restore
     return applied
 
@@ -336,6 +324,19 @@ def marked_in(init: Any, key: str) -> bool:
             return True
         init = getattr(init, "__wrapped__", None)
     return False
+
+
+def _install_init(patch: Patch, applied: "Applied", where: Place, raw_init: Any, patched_init: Callable,
+                  upstream_init: Callable, objects: Any) -> None:
+    """Put a patched `__init__` in place (marked as this patch's, reaching upstream's through `__wrapped__`) and
+    remember what unpatch restores."""
+    functools.update_wrapper(patched_init, upstream_init)
+    patched_init.__wrapped__ = upstream_init
+    setattr(patched_init, MARK, patch.key)
+    where.set_raw(patched_init)
+    applied.places.append((where, raw_init))
+    applied.instances = objects if objects is not None else ()
+    applied.installed, applied.original = patched_init, upstream_init
 
 
 def inspect_getattr_static(cls: type, name: str) -> Any:

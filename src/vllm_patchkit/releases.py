@@ -14,7 +14,7 @@ from .live import note_import
 from .schema import Fingerprint
 from .static import DirSource, Missing, StaticRelease
 from .static_copies import holders
-from .targets import MISSING, TargetError, resolve, split
+from .targets import TargetError, resolve, resolve_through_mro
 
 WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
 
@@ -118,20 +118,12 @@ class LiveRelease:
 
 def _live_definer(spec: str) -> Optional[str]:
     """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
-    module, parts = split(spec)
     try:
-        owner: Any = importlib.import_module(module)
+        importlib.import_module(spec.partition(":")[0])
     except Exception:
         return None
-    for part in parts[:-1]:
-        owner = getattr(owner, "__dict__", {}).get(part, MISSING)
-        if owner is MISSING:
-            return None
-    attr = parts[-1]
-    if not isinstance(owner, type) or attr in owner.__dict__:
-        return None
-    definer = next((c for c in owner.__mro__[1:] if attr in c.__dict__), None)
-    return None if definer is None else f"{definer.__module__}:{definer.__qualname__}.{attr}"
+    place = resolve_through_mro(spec)
+    return None if place is None else place.definer
 
 
 class StaticView:
