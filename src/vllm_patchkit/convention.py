@@ -52,7 +52,8 @@ CODES = {
     "extra_positional": "an extra implementation parameter would catch the target's extra positional arguments",
     "implementation": "the implementation cannot be loaded or is not callable",
     "constructed": "a subclass __init__ rejects a construction vLLM makes (judged at vLLM's call sites)",
-    "implementation_missing": "the implementation's module is not on this Python's path (not installed here)",
+    "implementation_missing": "the implementation's module is not on this Python's path (not installed here: `check` "
+                              "reports it as implementation_unimportable for a set installed where it runs)",
 }
 
 

@@ -852,8 +852,8 @@ class Loader:
                 while obj is not applied.installed and hasattr(obj, "__wrapped__") and id(obj) not in seen:
                     seen.add(id(obj))  # a layer stacked on ours (another patch, a decorator) still calls ours
                     obj = obj.__wrapped__
-                if obj is applied.installed:
-                    continue
+                if obj is applied.installed or self.applied.get(pid) is not applied:
+                    continue  # in place; or unpatched meanwhile (popped before its places are put back)
                 from .verify import replaced_in_place
 
                 site = replaced_in_place(now)
