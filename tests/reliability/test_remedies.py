@@ -307,3 +307,43 @@ def test_replaced_after_apply_honours_the_allowance(tmp_path, monkeypatch, resto
             assert f"{ALLOW}=faulty" in rec.detail["remedy"] and "pin --vllm" not in rec.detail["remedy"]
         lo.unpatch()
         restore.remove(lo)
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["plain", "allowed"])
+def test_a_lazy_target_failing_at_its_import_honours_the_allowance(tmp_path, monkeypatch, allowed):
+    """A target applied when its module is imported (the plugin's lazy loader): before, the import raised
+    RequiredPatchFailed whatever VLLM_PATCHKIT_ALLOW_UNPATCHED said; with it, the import goes on and the patch
+    is skipped with a warning."""
+    import importlib
+    import sys
+    import uuid
+
+    name = f"remedy_lazy_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def f(a):\n    return a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = f"{name}:f"
+    docs = [patch_doc(id="faulty", kind="wrap", target=target, processes=["engine_core"], required=True)]
+    pdir, mdir = _write(tmp_path, docs, [_entry("faulty@1", {target: {"kind": "function", "signature": "(a, b)"}})],
+                        False)
+    if allowed:
+        monkeypatch.setenv(ALLOW, "faulty")
+    else:
+        monkeypatch.delenv(ALLOW, raising=False)
+    ps = load_patch_set([pdir])
+    lo = Loader(ps, load_manifests([mdir], ps), role="engine_core", status_dir=tmp_path / "status", lazy=True)
+    try:
+        lo.run_import_stage()
+        assert lo.records["faulty"].state == "not_imported"
+        if allowed:
+            importlib.import_module(name)
+            rec = lo.records["faulty"]
+            assert (rec.state, rec.code, rec.detail["failure"]) == ("skipped", "unpatched_allowed", "fingerprint")
+            assert _status(tmp_path / "status")[0] == 0
+        else:
+            with pytest.raises(RequiredPatchFailed) as ei:
+                importlib.import_module(name)
+            assert f"set {ALLOW}=faulty " in str(ei.value)
+            assert _status(tmp_path / "status")[0] == 1
+    finally:
+        lo.unpatch()
+        sys.modules.pop(name, None)
