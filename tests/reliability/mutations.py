@@ -257,6 +257,7 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
     ("Patch", "reimplements", "item"): BAD_SPEC,
+    ("Patch", "inherited_from", ""): BAD_SPEC,
     ("Patch", "params", "item"): BAD_PARAM,
     ("Patch", "overrides", "item"): BAD_PARAM,
     ("Patch", "config_field", ""): BAD_CONFIG_FIELD,
