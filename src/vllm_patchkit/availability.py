@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from packaging.version import Version
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -45,21 +44,6 @@ def allowed_unpatched(pid: str) -> bool:
     raw = os.environ.get(ALLOW_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
     return "all" in names or pid in names
-
-
-def pinned_releases(pid: str, manifests: dict) -> list[str]:
-    """Releases whose manifest lists some version of the patch, oldest first."""
-    out = [v for v, loaded in manifests.items()
-           if any(e.patch.split("@")[0] == pid for e in loaded.manifest.patches)]
-    return sorted(out, key=Version)
-
-
-def remedies(pid: str, vllm_version: str, manifests: dict) -> str:
-    pinned = pinned_releases(pid, manifests)
-    where = f"use a vLLM release it is pinned for ({', '.join(pinned)})" if pinned else "no release pins it yet"
-    return (f"Remedies: {where}; or port it: `vllm-patchkit pin --vllm {vllm_version}` (a new patch version "
-            f"if the change is breaking), review, commit; or, at your own risk, set {ALLOW_ENV}={pid} to serve "
-            "without it (logged and shown as a warning by `vllm-patchkit status`).")
 
 
 def refusal_message(key: str, vllm_version: str, why_needed: str, why_not: str, remedy: str) -> str:
