@@ -299,11 +299,14 @@ _INSTALLATION: Optional[list] = None
 
 
 def installation_stamp() -> list:
-    """What is installed: every dist-info / egg-info / .pth entry (name, mtime_ns, inode) on sys.path, with the
-    interpreter and this cache's format. An install, upgrade, uninstall or reinstall of any distribution
-    (its dist-info folder made anew) changes it; the framework's version is in its own dist-info's name. It
-    costs a directory listing per sys.path entry (well under 1 ms), not a read of every distribution's
-    metadata; the distributions that contribute patch sets are stamped file by file (`patchsets.inputs_of`)."""
+    """What is installed: for every sys.path entry that holds distributions, the folder's own (mtime_ns, inode),
+    every dist-info / egg-info / egg-link in it by (name, inode), every .pth by (name, size, mtime_ns), with the
+    interpreter and this cache's format. Installing, upgrading, uninstalling or reinstalling a distribution adds,
+    removes or renames a folder there, which changes the folder's mtime and the names (a dist-info folder made
+    anew also has another inode); the framework's version is in its own dist-info's name. It costs a listing
+    and a few stats per entry (the names and inodes come with the listing), not a stat or a read of every
+    distribution's metadata (~1 ms more on a slow disk for vLLM's ~160 distributions); the distributions that
+    contribute patch sets are stamped file by file, content included (`PatchSetSource.inputs`)."""
     global _INSTALLATION
     if _INSTALLATION is None:
         out: list = [sys.version, sys.prefix, FORMAT]
@@ -316,13 +319,19 @@ def installation_stamp() -> list:
                 # imported it yet must find the same entry
                 continue
             try:
+                st = os.stat(real)
+                found = []
                 with os.scandir(real) as it:
-                    found = sorted((e.name, e.stat().st_mtime_ns, e.inode()) for e in it
-                                   if e.name.endswith((".dist-info", ".egg-info", ".pth", ".egg-link")))
+                    for e in it:
+                        if e.name.endswith((".dist-info", ".egg-info", ".egg-link")):
+                            found.append((e.name, e.inode()))
+                        elif e.name.endswith(".pth"):
+                            pst = e.stat()
+                            found.append((e.name, pst.st_size, pst.st_mtime_ns))
             except OSError:
                 continue
             if found:  # entries without distributions (a script's folder, one a package appends) change nothing
-                out.append([entry, found])
+                out.append([entry, st.st_mtime_ns, st.st_ino, sorted(found)])
                 stamped.append(real)
         _INSTALLATION = out
     return _INSTALLATION

@@ -145,8 +145,22 @@ def _sets_inputs(folders: list, files: list) -> dict:
 
 
 def _cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
-    """((patch set, manifests), None) from a verified entry, else (None, the entry's name) after saying why it
-    was not used (a missing entry is said by `_cache_sets`, once it is written)."""
+    """((patch set, manifests), the entry's name) from a verified entry, else (None, the entry's name) after saying
+    why it was not used (a missing entry is said by `_cache_sets`, once it is written). The cyclic GC is paused
+    meanwhile: the entry's JSON and its models are thousands of young objects that would otherwise bring a full
+    collection over all of vLLM's forward (~1 ms per process, benchmarks/startup.py)."""
+    import gc
+
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_cached_sets(sets, with_env)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
     from . import cache
     from .schema import Manifest
 
@@ -166,9 +180,13 @@ def _cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
     if body is None:
         return None, name
     try:
+        if type(body) is not dict:
+            raise cache.NotRebuildable("not a mapping")
         if body.get("key") != digest:
             cache.rebuilt(name, f"it holds the entry of another key ({body.get('key')!r:.20})", cache.TAMPERED)
             return None, name
+        if not all(type(x) is list and all(type(p) is str for p in x) for x in (body["folders"], body["files"])):
+            raise cache.NotRebuildable("its folders and files are not lists of paths")
         now = _sets_inputs(body["folders"], body["files"])
         if now != body["inputs"]:
             cache.rebuilt(name, cache.first_difference(body["inputs"], now), cache.STALE)
