@@ -441,8 +441,6 @@ _FIELDS: dict[type, list] = {}
 def _default_maker(field: Any) -> Any:
     import copy
 
-    from pydantic_core import PydanticUndefined
-
     from pydantic import BaseModel
 
     factory = field.default_factory
@@ -450,7 +448,7 @@ def _default_maker(field: Any) -> Any:
         return lambda: load_model(factory, {})
     if factory is not None:
         return factory  # the schema's other factories take no argument (list, dict)
-    if field.default is PydanticUndefined:
+    if field.is_required():  # no default and (see above) no factory: pydantic's public test for PydanticUndefined
         return _REQUIRED
     default = field.default
     if isinstance(default, (list, dict, set)):

@@ -23,10 +23,11 @@ from vllm_patchkit import status
 from vllm_patchkit.errors import DeclarationError, PatchSetErrors, RequiredPatchFailed
 from vllm_patchkit.loader import Loader
 from vllm_patchkit.patchsets import EXTRA_ENV
+from vllm_patchkit.releases import installed_version
 
 from ..core.helpers import patch_doc, write_patch
 
-INSTALLED = "0.31.0"
+INSTALLED = installed_version() or "0.31.0"  # the sets' manifests are written for the release installed here
 
 
 @pytest.fixture
