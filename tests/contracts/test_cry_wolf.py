@@ -1,6 +1,8 @@
 """The cry-wolf cases of issue 20: changes between vLLM 0.31.0 and 0.32.0/0.33.0 that do not break the plugin,
-each built on the real vLLM classes (0.31.0 read from the installed tree, 0.32.0/0.33.0 from their wheels, all
-statically) and the rule that now judges it.
+each built on the real vLLM classes (0.31.0 read statically with `open_release("0.31.0")`: the installed tree when
+0.31.0 is installed, its cached wheel otherwise, so each test is the same whichever release is installed;
+0.32.0/0.33.0 from their wheels) and the rule that now judges it. The loader tests (`subclass.check`) run against
+the installed release.
 
 Every implementation module here starts with `import os; os.abort()`: `check` and `pin` read the overrides'
 signatures and `super()` calls from the source (`impl_static.py`); importing one would kill the test process.
@@ -15,11 +17,10 @@ import pytest
 from vllm_patchkit.breakage import BreakageKind as K
 from vllm_patchkit.check import examine
 from vllm_patchkit.compat import judge
-from vllm_patchkit.contracts import StaticView, open_release
-from vllm_patchkit.releases import installed_root
+from vllm_patchkit.contracts import open_release
+from vllm_patchkit.releases import ReleaseError, installed_root
 from vllm_patchkit.schema import Fingerprint, Patch
-from vllm_patchkit.static import Missing, StaticRelease
-from vllm_patchkit.static_source import DirSource
+from vllm_patchkit.static import Missing
 
 from .helpers import cached_wheel_or_skip, patch_doc
 
@@ -31,10 +32,14 @@ ABORT = "import os\nos.abort()  # never imported: check and pin read this module
 
 @pytest.fixture(scope="module")
 def v031():
-    root = installed_root()
-    if root is None:
-        pytest.skip("vLLM is not installed")
-    return StaticView(StaticRelease(DirSource(root), "0.31.0"))
+    """vLLM 0.31.0, the "before" of every change here, read statically: the installed tree if 0.31.0 is the
+    installed release, else its wheel from the wheel cache (never the installed 0.32.0, which already has them)."""
+    try:
+        view = open_release("0.31.0")
+    except ReleaseError as exc:
+        pytest.skip(str(exc))
+    assert view.version() == "0.31.0"
+    return view
 
 
 def wheel(version):
@@ -231,16 +236,19 @@ def test_a_first_pin_pins_an_inherited_override_where_it_is_defined(v031, impl, 
 
 
 def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monkeypatch):
-    """At start-up the base's inherited method is compared with its pin where the MRO finds it (live 0.31.0)."""
+    """At start-up the base's inherited method is compared with its pin where the MRO finds it (live, the
+    installed release, pinned from the same release read statically)."""
     from vllm_patchkit import subclass
+    from vllm_patchkit.releases import installed_static
     from vllm_patchkit.schema import ManifestEntry
     from vllm_patchkit.targets import resolve
 
     (tmp_path / "inh_live.py").write_text(textwrap.dedent(OVERRIDES_INHERITED))
     monkeypatch.syspath_prepend(str(tmp_path))
     patch = subclass_patch(ASYNC, "inh_live:TracingScheduler", ["schedule"])
-    root = installed_root()
-    static = StaticView(StaticRelease(DirSource(root), "0.31.0"))
+    if installed_root() is None:
+        pytest.skip("vLLM is not installed")
+    static = installed_static()
     from vllm_patchkit.pin import settle_inherited
 
     found, _ = settle_inherited(static, patch, examine(static, patch, None)[0])

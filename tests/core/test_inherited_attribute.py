@@ -2,7 +2,7 @@
 alone (issue 20 item 6). The real case: ROCm/ATOM sets `HarmonyParser.reasoning_parser_cls` and
 `HarmonyParser.tool_parser_cls` (register.py, `_patch_vllm_harmony_parser_manager`: its get_parser wrapper's
 fallback path; tests/corpus/atom atom-088), which HarmonyParser inherits from `Parser` (vllm.parser.abstract_parser)
-through `DelegatingParser`. On vLLM 0.31.0's real classes.
+through `DelegatingParser`. On the installed release's real classes (0.31.0 or 0.32.0).
 
 What is pinned: the subclass as not defining the attribute (`kind: absent`) and the base's attribute as any class
 attribute (its value digest). The loader sets it in the subclass's own `__dict__`; unpatch deletes it (the
@@ -17,6 +17,7 @@ from vllm_patchkit import misdeclared
 from vllm_patchkit.check import examine
 from vllm_patchkit.releases import installed_static
 from vllm_patchkit.schema import Fingerprint, ManifestEntry, Patch
+from vllm_patchkit.static import Missing
 from vllm_patchkit.verify import Finding, verify
 
 from .helpers import make_loader, patch_doc
@@ -29,6 +30,22 @@ PARSER = "vllm.parser.abstract_parser:Parser"
 GPTOSS_TOOLS = "vllm.tool_parsers.gptoss_tool_parser:GptOssToolParser"
 GPTOSS_REASONING = "vllm.reasoning.gptoss_reasoning_parser:GptOssReasoningParser"
 STRUCTURAL = "vllm.tool_parsers.abstract_tool_parser:ToolParser.structural_tag_model"
+# ToolParser subclasses that only inherit structural_tag_model: Step3p5ToolParser on 0.31.0 (0.32.0 defines it
+# there itself, the change the refusal test below re-enacts at run time), Step3ToolParser on 0.31.0 and 0.32.0
+INHERITING = ("vllm.tool_parsers.step3p5_tool_parser:Step3p5ToolParser",
+              "vllm.tool_parsers.step3_tool_parser:Step3ToolParser")
+
+
+def _inheriting_parser() -> str:
+    """The first of INHERITING that inherits ToolParser.structural_tag_model on the installed release (read
+    statically, as check and pin read it); the loader tests run against that release."""
+    static = installed_static()
+    for cls in INHERITING:
+        got = static.lookup(f"{cls}.structural_tag_model")
+        if isinstance(got, Missing) and got.inherited_from == STRUCTURAL:
+            return cls
+    pytest.skip(f"on the installed vLLM {static.version()} none of {', '.join(INHERITING)} inherits "
+                f"{STRUCTURAL} (each defines structural_tag_model itself)")
 
 
 def _doc(pid: str, target: str, inherited_from: str, **extra) -> dict:
@@ -127,11 +144,16 @@ def test_inherited_from_naming_a_base_the_mro_does_not_find_it_at_is_refused_ali
 def test_the_loader_refuses_when_the_subclass_came_to_define_it_or_the_base_value_changed(monkeypatch):
     """What 0.32.0 does to Step3p5ToolParser (it defines structural_tag_model = "qwen_3_coder" itself:
     tests/contracts/test_set_kinds_check.py), done here at run time by another hand: the loader refuses with the
-    words check prints against the 0.32.0 wheel. A changed base value is a fingerprint failure."""
-    from vllm.tool_parsers.abstract_tool_parser import ToolParser
-    from vllm.tool_parsers.step3p5_tool_parser import Step3p5ToolParser
+    words check prints against the 0.32.0 wheel. A changed base value is a fingerprint failure. (On a release
+    where Step3p5ToolParser defines it already, the same is done to a parser that still inherits it.)"""
+    import importlib
 
-    target = "vllm.tool_parsers.step3p5_tool_parser:Step3p5ToolParser.structural_tag_model"
+    from vllm.tool_parsers.abstract_tool_parser import ToolParser
+
+    cls_spec = _inheriting_parser()
+    module, _, name = cls_spec.partition(":")
+    Step3p5ToolParser = getattr(importlib.import_module(module), name)
+    target = f"{cls_spec}.structural_tag_model"
     doc = _doc("step3p5", target, STRUCTURAL, value="qwen_3_coder")
     pins = _pins(doc)
     patch = Patch.model_validate(doc)
@@ -176,23 +198,27 @@ loader = Loader(ps, load_manifests([tmp / "manifests"], ps), role="frontend", st
 loader.run_import_stage()
 out = {"before": {p: (str(r.state), "%(step)s" in sys.modules, "%(table)s" in sys.modules)
                   for p, r in loader.records.items()}}
-from vllm.tool_parsers.step3p5_tool_parser import Step3p5ToolParser
+import inspect
+from %(step)s import %(parser)s as Parser
 from vllm.v1.worker.block_table import BlockTable
 import torch
-table = BlockTable(block_size=16, max_num_reqs=2, max_num_blocks_per_req=4, max_num_batched_tokens=32,
-                   pin_memory=False, device=torch.device("cpu"), kernel_block_size=16, cp_kv_cache_interleave_size=1)
+kw = dict(block_size=16, max_num_reqs=2, max_num_blocks_per_req=4, max_num_batched_tokens=32, pin_memory=False,
+          device=torch.device("cpu"), kernel_block_size=16, cp_kv_cache_interleave_size=1)
+table = BlockTable(**{k: v for k, v in kw.items() if k in inspect.signature(BlockTable).parameters})
 out["after"] = {p: str(r.state) for p, r in loader.records.items()}
-out["class_value"] = Step3p5ToolParser.__dict__.get("structural_tag_model")
-out["object_value"] = table.use_hybrid_blocks
+out["class_value"] = Parser.__dict__.get("structural_tag_model")
+out["object_value"] = table.%(attr)s
 loader.unpatch()
-out["unpatched"] = ["structural_tag_model" in Step3p5ToolParser.__dict__, table.use_hybrid_blocks]
+out["unpatched"] = ["structural_tag_model" in Parser.__dict__, table.%(attr)s]
 print("RESULT" + json.dumps(out))
 """
 
 
 def test_both_forms_wait_for_their_module_and_apply_when_vllm_imports_it(tmp_path):
     """The plugin's loader is lazy: a target module not imported yet is verified and applied when it is
-    (lazy.py), for these kinds as for any `set`. In a fresh interpreter (import order is process state)."""
+    (lazy.py), for these kinds as for any `set`. In a fresh interpreter (import order is process state).
+    On each release a subclass that inherits structural_tag_model there, and an attribute BlockTable's objects
+    get there: use_hybrid_blocks (a literal, 0.31.0), else cp_kv_cache_interleave_size (0.32.0 dropped the other)."""
     import json
     import os
     import subprocess
@@ -200,20 +226,26 @@ def test_both_forms_wait_for_their_module_and_apply_when_vllm_imports_it(tmp_pat
 
     from .helpers import write_manifest, write_patch
 
-    step = "vllm.tool_parsers.step3p5_tool_parser"
+    step, _, parser = _inheriting_parser().partition(":")
     table = "vllm.v1.worker.block_table"
-    docs = {"step": _doc("step", f"{step}:Step3p5ToolParser.structural_tag_model", STRUCTURAL, value="qwen_3_coder"),
-            "table": patch_doc(id="table", kind="set", target=f"{table}:BlockTable.use_hybrid_blocks", instances=True,
+    own = {"use_hybrid_blocks": False, "cp_kv_cache_interleave_size": 1}  # vLLM's value for the child's BlockTable
+    release = installed_static().release
+    attr = next((a for a in own if isinstance(release.instance_attribute(f"{table}:BlockTable.{a}"), Fingerprint)),
+                None)
+    if attr is None:
+        pytest.skip(f"BlockTable's objects get none of {', '.join(own)} on the installed vLLM")
+    docs = {"step": _doc("step", f"{step}:{parser}.structural_tag_model", STRUCTURAL, value="qwen_3_coder"),
+            "table": patch_doc(id="table", kind="set", target=f"{table}:BlockTable.{attr}", instances=True,
                                value="ours", processes=["frontend"])}
     for name, doc in docs.items():
         write_patch(tmp_path / "patches", name, doc)
     write_manifest(tmp_path / "manifests", [{"patch": f"{d['id']}@1", "targets": _pins(d)} for d in docs.values()])
     env = {**os.environ, "VLLM_PATCHKIT_CACHE_DIR": str(tmp_path / "cache"), "VLLM_PATCHKIT_FLUSH_SECONDS": "0"}
-    done = subprocess.run([sys.executable, "-c", LAZY_CHILD % {"step": step, "table": table}, str(tmp_path)],
+    done = subprocess.run([sys.executable, "-c", LAZY_CHILD % {"step": step, "parser": parser, "table": table, "attr": attr}, str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("RESULT"))[len("RESULT"):])
     assert out["before"] == {"step": ["not_imported", False, False], "table": ["not_imported", False, False]}
     assert out["after"] == {"step": "applied", "table": "applied"}
     assert out["class_value"] == "qwen_3_coder" and out["object_value"] == "ours"
-    assert out["unpatched"] == [False, False]  # inherited again; the object got back vLLM's own False
+    assert out["unpatched"] == [False, own[attr]]  # inherited again; the object got back vLLM's own value
