@@ -143,6 +143,12 @@ def rewrap_descriptor(raw: Any, fn: Callable) -> Any:
     return fn
 
 
+#: (id of the owner, attribute) -> the key of the `set` patch that wrote it in this process. A value carries no
+#: mark, and vLLM may define the very value a patch sets (0.32.0's Step3p5ToolParser.structural_tag_model):
+#: only this tells "set by an earlier loader here" from "upstream defines it now".
+SET_BY: dict[tuple[int, str], str] = {}
+
+
 def function_of(raw: Any) -> Any:
     if isinstance(raw, property):
         return raw.fget
@@ -172,6 +178,8 @@ class Applied:
     def undo(self) -> None:
         for place, original in reversed(self.places):
             place.set_raw(original)
+            if SET_BY.get((id(place.owner), place.attr)) == self.patch.key:
+                del SET_BY[(id(place.owner), place.attr)]
         method = self.patch.target.rpartition(".")[2] if self.patch.instances else None
         for obj in list(self.instances or ()) if self.patch.kind is not Kind.set else ():
             # objects made while patched: back to the class's method
@@ -366,6 +374,7 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     if patch.kind is Kind.set:
         place.set_raw(impl if patch.value_from is not None else patch.value)
         applied.places.append((place, raw))
+        SET_BY[(id(place.owner), place.attr)] = patch.key
         return applied
     original = function_of(raw)
     bound = place.owner_is_class and not isinstance(raw, staticmethod)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from . import convention
 from . import fingerprint as fp
-from .apply import ours
+from .apply import SET_BY, ours
 from .schema import Fingerprint, Kind, ManifestEntry, Patch
 from . import misdeclared
 from .targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
@@ -373,7 +373,7 @@ def _set_place(patch: Patch, entry: Optional[ManifestEntry]) -> "tuple[Place, bo
     # inherited_from: the subclass must not define it; the MRO must find it where declared, as pinned
     pin = pins[patch.target]
     if attr in cls.__dict__:
-        if _holds_this_value(patch, cls.__dict__[attr]):
+        if SET_BY.get((id(cls), attr)) == patch.key:
             return place, True  # set by this patch already (an earlier loader of this process)
         return Finding("target", misdeclared.now_defined(patch.target, patch.inherited_from),
                        f"{patch.target}: not defined (inherited from {patch.inherited_from})", "defined")
@@ -394,19 +394,6 @@ def _set_place(patch: Patch, entry: Optional[ManifestEntry]) -> "tuple[Place, bo
     bad = _judged(patch, patch.inherited_from, base_pin,
                   fp.live(raw, True, with_value=base_pin.value_digest is not None))
     return bad if bad is not None else (place, False)
-
-
-def _holds_this_value(patch: Patch, current: Any) -> bool:
-    """Does the class already hold what this patch sets (the object of `value_from`, or an equal `value`)?"""
-    if patch.value_from is not None:
-        try:
-            return current is load_object(patch.value_from)
-        except TargetError:
-            return False
-    if current is patch.value:
-        return True
-    digest = fp.value_digest(patch.value)
-    return digest is not None and fp.value_digest(current) == digest
 
 
 def verify(patch: Patch, entry: Optional[ManifestEntry],

@@ -135,11 +135,10 @@ def test_the_loader_and_check_give_one_verdict_on_the_installed_release_with_the
     wrong_base = "vllm.parser.abstract_parser:DelegatingParser.reasoning_parser_cls"
     hermes = "vllm.tool_parsers.hermes_tool_parser:Hermes2ProToolParser.structural_tag_model"
     lookahead = "vllm.v1.core.block_pool:BlockPool.num_hash_lookahead_tokens"
-    # STEP's value here is not "qwen_3_coder", the literal 0.32.0 itself defines: the loader takes a subclass already
-    # holding the patch's own value for an earlier loader of this process (verify._holds_this_value), which it
-    # cannot tell from vLLM defining that value; any other value is refused by both, as check says for DOCS[4]
-    docs = [d if d["id"] != "step3p5-structural" else {**d, "value": "step3p5_own"} for d in DOCS]
-    cases = [(d, None) for d in docs] + [
+    # STEP sets "qwen_3_coder", the very literal 0.32.0's Step3p5ToolParser defines itself: the loader once took
+    # that for "set by an earlier loader of this process" and accepted it while check said misdeclared; it now
+    # knows which values it wrote (apply.SET_BY) and refuses, as check does
+    cases = [(d, None) for d in DOCS] + [
         (patch_doc("wrong-base", REASONING, kind="set", inherited_from=wrong_base, processes=["frontend"]),
          {REASONING: {"kind": "absent"}, wrong_base: {"kind": "attribute"}}),
         (patch_doc("hermes", hermes, kind="set", inherited_from=STEP_BASE, value="x", processes=["frontend"]),
