@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import fingerprint as fp
+from .static_tables import dotted
 
 FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -270,14 +271,8 @@ def _decorator_kind(node: ast.AST, in_class: bool) -> str:
 
 
 def _dotted(node: ast.AST) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else None
-    if isinstance(node, ast.Subscript):  # Generic[T]
-        return _dotted(node.value)
-    return None
+    """A base class's dotted name; `Generic[T]` is `Generic`."""
+    return dotted(node.value if isinstance(node, ast.Subscript) else node)
 
 
 def _find(module: str, name: str, depth: int = 0) -> ImplDef:

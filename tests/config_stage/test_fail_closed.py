@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import process_loader
+from tests.probes import REGISTER
 from vllm_patchkit import runtime, status
 from vllm_patchkit.declare import builtin_manifest_dir
 from vllm_patchkit.errors import RequiredPatchUnavailable
@@ -179,17 +180,6 @@ def test_required_dependency_not_applied_fails_closed(tmp_path):
     lo.unpatch()
 
 
-REGISTER = r"""
-import os, sys
-os.environ["VLLM_PATCHKIT_ROLE"] = "frontend"
-import vllm.engine.arg_utils  # the front end loads the plugins from EngineArgs: vLLM has imported its config by then
-from vllm_patchkit.plugin import register
-try:
-    register()
-except Exception as exc:
-    print("RAISED", type(exc).__name__, exc)
-    sys.exit(3)
-"""
 
 
 def _register(tmp_path, **env):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.probes import REGISTER
 from vllm_patchkit import cache
 from vllm_patchkit import fingerprint as fp
 from vllm_patchkit import status
@@ -332,17 +333,6 @@ def test_an_entry_that_is_a_fifo_neither_blocks_nor_is_read(tmp_path, cache_dir,
 
 
 # -- the live fingerprints -------------------------------------------------------------------------------------------
-REGISTER = r"""
-import os, sys
-os.environ["VLLM_PATCHKIT_ROLE"] = "frontend"
-import vllm.engine.arg_utils
-from vllm_patchkit.plugin import register
-try:
-    register()
-except Exception as exc:
-    print("RAISED", type(exc).__name__, exc)
-    sys.exit(3)
-"""
 
 
 def _status(tmp_path) -> tuple[int, dict]:
