@@ -56,10 +56,10 @@ import wrapt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import machine, median, spread, table  # noqa: E402
 
-from vllm_patchkit import apply  # noqa: E402
-from vllm_patchkit.context import PatchContext  # noqa: E402
-from vllm_patchkit.schema import Patch  # noqa: E402
-from vllm_patchkit.targets import resolve  # noqa: E402
+from vllm_patchkit.runtime import apply
+from vllm_patchkit.runtime.context import PatchContext  # noqa: E402
+from vllm_patchkit.declaration.schema import Patch  # noqa: E402
+from vllm_patchkit.upstream.targets import resolve  # noqa: E402
 
 TARGET = 1.10
 MODULE = "vllm_patchkit_bench_target"

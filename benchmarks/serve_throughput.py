@@ -4,7 +4,7 @@
                                           [--requests 64] [--tokens 64] [--concurrency 8]
 
 Each run starts a real vLLM OpenAI server on 127.0.0.1 (the demo's tiny random
-Llama, `vllm_patchkit.demo.server.serve`: float32, max-model-len 512,
+Llama, `vllm_patchkit.tools.serve.server.serve`: float32, max-model-len 512,
 max-num-seqs 8, 1 GiB KV cache), sends `--warmup` requests, then times
 `--repeats` batches of `--requests` completions of exactly `--tokens` tokens each
 (`ignore_eos`, greedy) from `--concurrency` threads (urllib, loopback only), and
@@ -86,9 +86,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import interleaved, machine, median, noop_like, table, vllm_version  # noqa: E402
 
-from vllm_patchkit.demo.__main__ import default_workdir  # noqa: E402
-from vllm_patchkit.demo.server import serve  # noqa: E402
-from vllm_patchkit.demo.tiny_model import build_tiny_model  # noqa: E402
+from vllm_patchkit.patches.demo import default_workdir  # noqa: E402
+from vllm_patchkit.tools.serve.server import serve  # noqa: E402
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model  # noqa: E402
 
 PLUGIN = "vllm_patchkit"
 NO_PLUGIN = "vllm-patchkit-bench-no-such-plugin"
@@ -160,7 +160,7 @@ def iterations(srv) -> tuple[float, float | None]:
 def snapshot(status: Path, since: float, interval: float) -> list[dict]:
     """The run's records as `vllm-patchkit status --json` reads them (`status.load_run`), once every process
     that steps has flushed after `since` (or one flush interval and a margin passed: nothing changed since)."""
-    from vllm_patchkit.status import load_run
+    from vllm_patchkit.reporting.status import load_run
 
     deadline = time.time() + interval + 1.5
     while True:
@@ -361,11 +361,11 @@ def _passthrough_call(fn, bound: bool):
 
 def patch_costs(rows: list[dict], args) -> dict[str, dict]:
     """ns/call for every patch with calls in the window: its installed wrapper vs the bare no-op of its target."""
-    from vllm_patchkit import apply
-    from vllm_patchkit.context import live_target
-    from vllm_patchkit.convention import wrap_takes_context
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
-    from vllm_patchkit.targets import Place, resolve
+    from vllm_patchkit.runtime import apply
+    from vllm_patchkit.runtime.context import live_target
+    from vllm_patchkit.upstream.convention import wrap_takes_context
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.upstream.targets import Place, resolve
 
     pset = load_patch_set(builtin_patch_dirs())
     images = any(r["patch"].startswith("image-publish@") and r["detail"].get("layout") for r in rows)
@@ -434,7 +434,7 @@ def patch_counts(applied) -> int | None:
 
 def flush_costs(records: list[dict], args) -> dict[tuple[str, int], float]:
     """ns per record write, per process: its own last record, serialised and written as the flusher does."""
-    from vllm_patchkit.record import ProcessRecord, write_atomic
+    from vllm_patchkit.runtime.record import ProcessRecord, write_atomic
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="vllm-patchkit-bench-flush-") as tmp:
@@ -537,7 +537,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.pairs, args.repeats, args.requests, args.warmup = 0, 3, 32, 8
         args.cost_rounds, args.cost_number, args.flush_rounds = 9, 10_000, 5
-    args.max_seqs = 8  # vllm_patchkit.demo.server.serve: --max-num-seqs 8
+    args.max_seqs = 8  # vllm_patchkit.tools.serve.server.serve: --max-num-seqs 8
 
     # Bytecode as an installed wheel has it (pip compiles at install), for both variants alike.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

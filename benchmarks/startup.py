@@ -11,7 +11,7 @@ roles interleaved; bytecode cached as in an installed wheel):
    process (the baseline; see BASELINE below) and look the entry point up with
    `importlib.metadata`, as vLLM does;
 2. snapshot `sys.modules`;
-3. time `entry_point.load()` (importing `vllm_patchkit.plugin` and what it needs)
+3. time `entry_point.load()` (importing `vllm_patchkit.runtime.plugin` and what it needs)
    and `register()` with VLLM_PATCHKIT_ROLE=<role>: load and validate the shipped
    patch set and manifests, verify, apply the import-stage patches, write the record;
 4. list the modules that were not in `sys.modules` before.
@@ -22,7 +22,7 @@ inflates far less); the goal is judged on CPU time. One more run
 per role traces every new import to where it came from: the module whose code
 imported it, the innermost vllm_patchkit line on the stack, and the patch being
 handled there (when a `patch` is in scope); `--profile N` adds a cProfile top N.
-The start-up caches (vllm_patchkit/cache.py) go to a fresh folder per benchmark, filled
+The start-up caches (vllm_patchkit/upstream/cache.py) go to a fresh folder per benchmark, filled
 by the warm-up run: the figures are those of every process after the first one of an
 installation; `--cache off` measures a process computing everything itself.
 Goal (issues 4, 15): <= 30 ms and no module vLLM would not have imported by then; the
@@ -164,7 +164,7 @@ def child(variant: str, out: Path, trace: bool, profile: int) -> None:
     if tracer:
         sys.meta_path.remove(tracer)
     new = sorted(set(sys.modules) - before)
-    from vllm_patchkit import runtime
+    from vllm_patchkit.runtime import state as runtime
 
     loader = runtime.current()
     counts = loader.counts() if loader else {}

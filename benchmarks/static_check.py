@@ -29,9 +29,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from vllm_patchkit.contracts import StaticView, cached_wheel, check, read_manifests, target_specs
-from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
-from vllm_patchkit.static import Missing, StaticRelease
+from vllm_patchkit.tools.contracts import StaticView, cached_wheel, check, read_manifests, target_specs
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import StaticRelease
 
 
 def _ms(seconds: float) -> str:
@@ -105,9 +106,9 @@ def corpus(wheel: Path, plugin: str, repeat: int) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.corpus.catalogue import load
-    from vllm_patchkit import static as static_mod
-    from vllm_patchkit.check import examine
-    from vllm_patchkit.releases import open_release
+    from vllm_patchkit.tools import static as static_mod
+    from vllm_patchkit.tools.check import examine
+    from vllm_patchkit.tools.releases import open_release
 
     cat = load(plugin)
     base = open_release("0.31.0")

@@ -1,10 +1,10 @@
-"""The static reader (`vllm_patchkit.static`) against a reader built on griffe, on one vLLM release.
+"""The static reader (`vllm_patchkit.tools.static`) against a reader built on griffe, on one vLLM release.
 
     python benchmarks/static_reader.py --vllm 0.33.0          # the wheel from $VLLM_PATCHKIT_WHEEL_CACHE
     python benchmarks/static_reader.py --wheel PATH [--no-sweep]
 
 Issue 12 item 5 asked whether the static reader should be rebuilt on griffe's loader. This script is
-the measurement behind the answer written at the top of `src/vllm_patchkit/static.py`. griffe is not
+the measurement behind the answer written at the top of `src/vllm_patchkit/tools/static.py`. griffe is not
 a dependency of this project; install it to run this (`pip install griffe`).
 
 Each reader runs in its own child process (so the peak RSS printed is that reader's alone) and looks
@@ -47,9 +47,9 @@ _MB = 1024  # ru_maxrss is in KiB on Linux
 def _specs() -> list[str]:
     import yaml
 
-    from vllm_patchkit.contracts import target_specs
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
-    from vllm_patchkit.patchsets import installed_sets
+    from vllm_patchkit.tools.contracts import target_specs
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.patchsets import installed_sets
 
     ps = load_patch_set(builtin_patch_dirs())
     specs = {s for p in ps.patches.values() for s in target_specs(p)}
@@ -61,7 +61,7 @@ def _specs() -> list[str]:
 
 
 def _dump(f: Any) -> Any:
-    from vllm_patchkit.static import Missing
+    from vllm_patchkit.upstream.missing import Missing
 
     if isinstance(f, Missing):
         return {"missing": True, "moved_to": list(f.moved_to), "unreadable": f.unreadable,
@@ -71,7 +71,7 @@ def _dump(f: Any) -> Any:
 
 # -- static.py ----------------------------------------------------------------------------------
 def run_static(wheel: Path, specs: list[str]) -> dict:
-    from vllm_patchkit.static import StaticRelease
+    from vllm_patchkit.tools.static import StaticRelease
 
     t0 = time.perf_counter()
     rel = StaticRelease.open(wheel)
@@ -113,10 +113,11 @@ class GriffeReader:
             return ("external", obj.target_path)
 
     def lookup(self, spec: str, with_digest: bool = False) -> Any:
-        from vllm_patchkit import fingerprint as fp
-        from vllm_patchkit.schema import Fingerprint
-        from vllm_patchkit.static import Missing, literal_digest
-        from vllm_patchkit.static_decorators import kind_of, returned_nested_def, sets_wrapped
+        from vllm_patchkit.upstream import fingerprint as fp
+        from vllm_patchkit.declaration.schema import Fingerprint
+        from vllm_patchkit.upstream.missing import Missing
+        from vllm_patchkit.tools.static import literal_digest
+        from vllm_patchkit.upstream.static_decorators import kind_of, returned_nested_def, sets_wrapped
 
         module, _, qualname = spec.partition(":")
         obj = self._get(module)
@@ -168,7 +169,7 @@ class GriffeReader:
         return f.model_copy(update={"wrappers": layers}) if layers else f
 
     def _decorator(self, dec: Any, sets_wrapped, returned_nested_def) -> tuple:
-        from vllm_patchkit.static_decorators import KNOWN_DECORATORS, NOT_WRAPPING, OBJECT_LAYERS
+        from vllm_patchkit.upstream.static_decorators import KNOWN_DECORATORS, NOT_WRAPPING, OBJECT_LAYERS
 
         try:
             path = dec.callable_path
@@ -254,8 +255,8 @@ def run_griffe(wheel: Path, specs: list[str]) -> dict:
 
 def _module_defs(wheel: Path, modules: list[str]) -> list[str]:
     """Every function, class and method each module defines (read by `static.py`'s module tables)."""
-    from vllm_patchkit.static import StaticRelease
-    from vllm_patchkit.static_tables import FUNCS
+    from vllm_patchkit.tools.static import StaticRelease
+    from vllm_patchkit.upstream.static_tables import FUNCS
 
     rel, out = StaticRelease.open(wheel), []
     for name in modules:
@@ -293,7 +294,7 @@ def main(argv=None) -> int:
     if args.child:
         child(args.child, args.wheel, args.specs)
         return 0
-    from vllm_patchkit.releases import cached_wheel
+    from vllm_patchkit.tools.releases import cached_wheel
 
     if importlib.util.find_spec("griffe") is None:
         print("griffe is not installed (it is not a dependency of vllm-patchkit): pip install griffe")

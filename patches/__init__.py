@@ -7,7 +7,7 @@ third party's set would be; the framework itself never names it.
 from importlib import resources
 from pathlib import Path
 
-from vllm_patchkit.patchsets import PatchSetSource
+from vllm_patchkit.declaration.patchsets import PatchSetSource
 
 
 def patch_set() -> PatchSetSource:
@@ -15,5 +15,4 @@ def patch_set() -> PatchSetSource:
         name="deepseek-v4",
         patches=Path(__file__).resolve().parent,
         manifests=Path(str(resources.files("vllm_patchkit.manifests"))),
-        adapters="vllm_patchkit.adapters",
     )

@@ -44,7 +44,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from vllm_patchkit.context import PatchContext
+from vllm_patchkit.adapters import REGISTRY
+from vllm_patchkit.runtime.context import PatchContext
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -190,7 +191,7 @@ def book_of(manager: Any, ctx: PatchContext) -> Optional[Book]:
     d = manager.__dict__
     if BOOK_ATTR in d:
         return d[BOOK_ATTR]
-    layout = image_layout(manager.kv_cache_config, ctx.adapters) if manager.enable_caching else None
+    layout = image_layout(manager.kv_cache_config, REGISTRY) if manager.enable_caching else None
     book = Book(ctx, layout, manager) if layout is not None else None
     if book is not None:
         for gid in layout.group_ids:

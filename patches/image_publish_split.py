@@ -7,6 +7,7 @@ placement is the adapter's (``Placement.next_rung``), read once per scheduler fr
 
 from __future__ import annotations
 
+from vllm_patchkit.adapters import REGISTRY
 from vllm_patchkit.patches.image_publish import LAYOUT_ATTR, image_layout
 
 
@@ -16,7 +17,7 @@ def mamba_block_aligned_split(wrapped, instance, args, kwargs, ctx):
     d = instance.__dict__
     if LAYOUT_ATTR not in d:
         on = instance.cache_config.enable_prefix_caching
-        d[LAYOUT_ATTR] = image_layout(instance.kv_cache_config, ctx.adapters) if on else None
+        d[LAYOUT_ATTR] = image_layout(instance.kv_cache_config, REGISTRY) if on else None
     layout = d[LAYOUT_ATTR]
     if layout is None or not layout.placement.publishes:
         return num_new_tokens

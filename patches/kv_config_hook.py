@@ -46,9 +46,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from vllm_patchkit.adapters import ModelAdapter, Placement, Sizing
-from vllm_patchkit.context import PatchContext
-from vllm_patchkit.errors import Refusal
+from vllm_patchkit.adapters import REGISTRY, ModelAdapter, Placement, Sizing
+from vllm_patchkit.runtime.context import PatchContext
+from vllm_patchkit.declaration.errors import Refusal
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -354,7 +354,7 @@ def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
     vllm_config = ctx.arg(args, kwargs, "vllm_config")
     kv_cache_specs = ctx.arg(args, kwargs, "kv_cache_specs")
     available_memory = ctx.arg(args, kwargs, "available_memory")
-    adapter = ctx.adapters.for_kv_specs(kv_cache_specs)
+    adapter = REGISTRY.for_kv_specs(kv_cache_specs)
     if adapter is None:
         _decided(ctx, {"decision": "passthrough", "reason": "no registered adapter's proxy layer among the KV specs",
                        "layers": sum(len(w) for w in kv_cache_specs)})

@@ -6,14 +6,14 @@
 
 Reads tests/data/atom_patch_sites.yaml (one entry per place ATOM patches; its header says how it was
 made) and works each place out again against the installed vLLM 0.31.0, **read statically**
-(`vllm_patchkit.static.StaticRelease` over the installed source tree, found without importing it):
+(`vllm_patchkit.tools.static.StaticRelease` over the installed source tree, found without importing it):
 
 - exists: the static reader finds the target's definition (`StaticRelease.resolve`);
-- declared: a minimal patch document for the place validates with `vllm_patchkit.schema.Patch`
+- declared: a minimal patch document for the place validates with `vllm_patchkit.declaration.schema.Patch`
   (a by-value copy is declared as a `copies` entry of the target it copies);
 - pinned: declared, exists, and every place the declaration pins (`Patch.pinned_specs`) has a static
   fingerprint, as `vllm-patchkit pin --source` records it (with the upstream decorator layers);
-- checked: the static counterpart of what `vllm_patchkit.verify.verify` refuses at start-up, rule by rule:
+- checked: the static counterpart of what `vllm_patchkit.runtime.verify.verify` refuses at start-up, rule by rule:
   a wrap/replace target that is a function or method (not a class or a value), defined where it is named
   (a name imported by value from elsewhere is what verify refuses as "replaced by another object"), every
   declared copy holding the target's definition, `uses` / `value_from` / a replace's implementation found
@@ -70,8 +70,8 @@ def _doc(pid: str, entry: dict, copies: list[str]) -> dict:
 
 def installed_release():
     """The installed vLLM's source tree, read statically (None when vLLM is not installed)."""
-    from vllm_patchkit.releases import installed_root
-    from vllm_patchkit.static import DirSource, StaticRelease
+    from vllm_patchkit.tools.releases import installed_root
+    from vllm_patchkit.tools.static import DirSource, StaticRelease
 
     root = installed_root()
     return None if root is None else StaticRelease(DirSource(root))
@@ -79,8 +79,8 @@ def installed_release():
 
 def _static_check(release, ours, patch) -> Optional[str]:
     """Why the loader would refuse the patch, judged from the source (None: nothing found)."""
-    from vllm_patchkit.schema import Kind
-    from vllm_patchkit.static import Missing
+    from vllm_patchkit.declaration.schema import Kind
+    from vllm_patchkit.upstream.missing import Missing
 
     target = release.resolve(patch.target)
     if isinstance(target, Missing):
@@ -129,8 +129,9 @@ def _static_check(release, ours, patch) -> Optional[str]:
 
 def evaluate(sites: list[dict], release=None) -> list[dict]:
     """Per place: exists / declared / pinned / checked, each worked out from the source, and why not."""
-    from vllm_patchkit.schema import Kind, Patch
-    from vllm_patchkit.static import DirSource, Missing, StaticRelease
+    from vllm_patchkit.declaration.schema import Kind, Patch
+    from vllm_patchkit.upstream.missing import Missing
+    from vllm_patchkit.tools.static import DirSource, StaticRelease
 
     release = release if release is not None else installed_release()
     if release is None:

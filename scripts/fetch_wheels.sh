@@ -24,7 +24,7 @@ if [ "$#" -gt 0 ]; then
 else
   installed="$("$python" - <<'PY' 2>/dev/null || true
 try:
-    from vllm_patchkit.contracts import installed_version
+    from vllm_patchkit.tools.contracts import installed_version
     print(installed_version() or "")
 except ImportError:
     from importlib import metadata

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_patchkit.scan.recall import corpus_recall, render
+from vllm_patchkit.tools.scan.recall import corpus_recall, render
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -86,8 +86,8 @@ def process_loader(role, cfg=None, **kw):
     """The shipped patch set as the plugin entry point loads it in a process of `role`:
     installed as the process's loader, import stage run, and the config stage too when
     a VllmConfig is given. The caller unpatches (`loader.unpatch()`; `runtime.reset()`)."""
-    from vllm_patchkit import runtime
-    from vllm_patchkit.loader import Loader
+    from vllm_patchkit.runtime import state as runtime
+    from vllm_patchkit.runtime.loader import Loader
 
     loader = Loader.builtin(role=role, **kw)
     runtime.install(loader)

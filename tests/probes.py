@@ -5,7 +5,7 @@ REGISTER = r"""
 import os, sys
 os.environ["VLLM_PATCHKIT_ROLE"] = "frontend"
 import vllm.engine.arg_utils  # the front end loads the plugins from EngineArgs: vLLM has imported its config by then
-from vllm_patchkit.plugin import register
+from vllm_patchkit.runtime.plugin import register
 try:
     register()
 except Exception as exc:

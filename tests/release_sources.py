@@ -28,7 +28,7 @@ BINARY = (".so", ".cubin", ".fatbin")
 
 def sources(version: str) -> Optional[Path]:
     """The folder holding `vllm/` of that release (unpacked once, atomically); None without the wheel."""
-    from vllm_patchkit.releases import cached_wheel
+    from vllm_patchkit.tools.releases import cached_wheel
 
     wheel = cached_wheel(version)
     if wheel is None:

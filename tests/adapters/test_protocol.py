@@ -17,7 +17,7 @@ from vllm_patchkit.adapters import (
     Sizing,
     StateCopier,
 )
-from vllm_patchkit.demo.tiny_model import build_tiny_model
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 
 STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
 

@@ -98,7 +98,7 @@ def test_applying_twice_changes_nothing(frontend, checkpoints, standin_registere
     hook = cfgmod.VllmConfig.__dict__["__post_init__"]
     build_config(checkpoints["DeepseekV4ForCausalLM"])
     frontend.run_import_stage()
-    from vllm_patchkit.loader import Loader
+    from vllm_patchkit.runtime.loader import Loader
 
     again = Loader.builtin(role="frontend")
     again.run_import_stage()
@@ -110,8 +110,8 @@ def test_applying_twice_changes_nothing(frontend, checkpoints, standin_registere
 
 def test_spec_decode_with_prefix_caching_refused_for_plugin_v4():
     """Judged on the configuration facts (a real speculative config needs a draft model)."""
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
-    from vllm_patchkit.preconditions import unmet_at_config
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.preconditions import unmet_at_config
 
     patch = load_patch_set(builtin_patch_dirs()).patches["v4-spec-decode-prefix-cache-refuse@1"]
     facts = {"architectures": ["DeepseekV4ForCausalLM"], "served_by": {"DeepseekV4ForCausalLM": "atom.models"},

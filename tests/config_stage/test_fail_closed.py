@@ -18,9 +18,10 @@ import yaml
 
 from tests.conftest import process_loader
 from tests.probes import REGISTER
-from vllm_patchkit import runtime, status
-from vllm_patchkit.declare import builtin_manifest_dir
-from vllm_patchkit.errors import RequiredPatchUnavailable
+from vllm_patchkit.runtime import state as runtime
+from vllm_patchkit.reporting import status
+from vllm_patchkit.declaration.declare import builtin_manifest_dir
+from vllm_patchkit.declaration.errors import RequiredPatchUnavailable
 
 from .conftest import build_config
 
@@ -167,8 +168,8 @@ def test_release_with_no_manifest(tmp_path, checkpoints, standin_registered, loa
 
 def test_required_dependency_not_applied_fails_closed(tmp_path):
     """A needed required patch whose dependency was skipped is a failure, not a quiet `requires` skip."""
-    from tests.core.helpers import make_loader, patch_doc, pinned_entry
-    from vllm_patchkit.errors import RequiredPatchFailed
+    from tests.framework.helpers import make_loader, patch_doc, pinned_entry
+    from vllm_patchkit.declaration.errors import RequiredPatchFailed
 
     post = "vllm.config.vllm:VllmConfig.__post_init__"
     docs = {"a": patch_doc(id="a", kind="wrap", target=post, processes=["frontend"], when={"env": {"NOPE_X": "1"}}),
@@ -200,7 +201,7 @@ def test_declaration_error_writes_a_failed_run_that_status_shows(tmp_path):
     (bad / "broken.yaml").write_text("id: broken\nversion: one\n")
     out = _register(tmp_path, VLLM_PATCHKIT_EXTRA_PATCHES=str(bad))
     assert out.returncode == 3 and "PatchSetErrors" in out.stdout
-    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "status", "--json"], capture_output=True,
+    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "status", "--json"], capture_output=True,
                          text=True, env={**__import__("os").environ, "VLLM_PATCHKIT_STATUS_DIR": str(tmp_path / "status")})
     js = json.loads(cli.stdout)
     assert cli.returncode == 1 and js["exit_code"] == 1

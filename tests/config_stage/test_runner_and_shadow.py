@@ -97,7 +97,7 @@ def test_override_calling_up_is_not_shadowing(tmp_path, monkeypatch, body, shado
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("shadowmod", None)
     mod = importlib.import_module("shadowmod")
-    from vllm_patchkit.shadow import shadowing
+    from vllm_patchkit.runtime.shadow import shadowing
 
     assert (shadowing(mod.Base, "m", mod.Grandchild) is not None) == shadowed
     assert shadowing(mod.Base, "m", mod.Base) is None

@@ -14,10 +14,10 @@ from typing import Optional
 import pytest
 import yaml
 
-from vllm_patchkit.contracts import WHEEL_CACHE_ENV, StaticView, cached_wheel, check, wheel_cache
-from vllm_patchkit.declare import load_patch_set
-from vllm_patchkit.pin import pin_release, write
-from vllm_patchkit.static import StaticRelease, open_source
+from vllm_patchkit.tools.contracts import WHEEL_CACHE_ENV, StaticView, cached_wheel, check, wheel_cache
+from vllm_patchkit.declaration.declare import load_patch_set
+from vllm_patchkit.tools.pin import pin_release, write
+from vllm_patchkit.tools.static import StaticRelease, open_source
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
     """Write {relative path: source} under root; every folder on the way gets an __init__.py."""

@@ -4,7 +4,7 @@ tests/data/atom_patch_sites.yaml lists every place AMD's ATOM plugin (ROCm/ATOM,
 patches in vLLM 0.31.0, with a `summary:` of the figures. Here every figure is worked out again by
 scripts/atom_sites_report.py (the one implementation; its docstring states each rule): each declarable
 place is declared with the real schema (`Patch.model_validate`), each target is found and fingerprinted
-in the installed vLLM source **read statically** (`vllm_patchkit.static.StaticRelease`), and each pinned
+in the installed vLLM source **read statically** (`vllm_patchkit.tools.static.StaticRelease`), and each pinned
 patch is judged by the loader's rules read from the source. The counts must equal the summary's; a place
 that changes state on another vLLM, or an entry edited without its summary, fails here.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.schema import Kind
+from vllm_patchkit.declaration.schema import Kind
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "atom_sites_report.py"

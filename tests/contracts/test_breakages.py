@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_patchkit.contracts import BreakageKind as K
+from vllm_patchkit.tools.contracts import BreakageKind as K
 
-from vllm_patchkit.declare import load_patch_set
+from vllm_patchkit.declaration.declare import load_patch_set
 
 from .helpers import Scenario, patch_doc, write_patches
 
@@ -186,7 +186,7 @@ def test_copy_through_a_relative_import_and_alias(scenario):
     # both names hold it by value (the loader's stale search finds each): declaring one is not enough
     t = Scenario(s.before.parent / "one", tree, tree, [])
     one = patch_doc("p", "toy.core.utils:helper", copies=["toy.core.engine:helper"])
-    from vllm_patchkit.check import examine
+    from vllm_patchkit.tools.check import examine
 
     from .helpers import release
     patch = load_patch_set([write_patches(t.patch_dir.parent / "p1", [one])]).patches["p@1"]
@@ -236,12 +236,12 @@ def test_every_kind_has_a_case():
         K.positional_shift, K.target_inherited,  # test_drift_wording.py
         K.copy_undeclared, K.misdeclared,  # test_one_verdict.py (real vLLM places)
         K.when_excludes, K.implementation_unimportable,  # test_contradictions.py, test_impl_unimportable.py
-        K.foreign_replacement,  # tests/core/test_foreign_replacement.py (check --live)
+        K.foreign_replacement,  # tests/framework/test_foreign_replacement.py (check --live)
     }
     assert covered == set(K)
 
 
-@pytest.mark.skipif("uses" not in __import__("vllm_patchkit.schema", fromlist=["Patch"]).Patch.model_fields,
+@pytest.mark.skipif("uses" not in __import__("vllm_patchkit.declaration.schema", fromlist=["Patch"]).Patch.model_fields,
                     reason="the patch schema has no `uses` field")
 def test_a_used_callable_is_checked_like_a_target_not_like_a_copy(scenario):
     """`uses`: upstream functions the implementation calls (the KV hook calls vLLM's auto-fit)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from vllm_patchkit.cli import main
+from vllm_patchkit.tools.cli import main
 
 from .helpers import patch_doc, write_tree
 
@@ -113,7 +113,7 @@ def test_version_from_the_wheel_cache(monkeypatch, tmp_path, scenario, capsys):
 
 
 def test_package_folder_or_its_parent(tmp_path):
-    from vllm_patchkit.static import StaticRelease
+    from vllm_patchkit.tools.static import StaticRelease
 
     root = write_tree(tmp_path / "r", {"toy/mod.py": "def f(a):\n    pass\n"})
     for given in (root, root / "toy"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import yaml
 
-from vllm_patchkit.cli import main
+from vllm_patchkit.tools.cli import main
 
 from .helpers import patch_doc, write_tree
 

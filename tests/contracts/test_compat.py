@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_patchkit.breakage import Breakage, BreakageKind as K
-from vllm_patchkit.compat import judge
-from vllm_patchkit.contracts import open_release
-from vllm_patchkit.check import examine
-from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
-from vllm_patchkit.manifest import load_manifests
-from vllm_patchkit.schema import Kind
+from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
+from vllm_patchkit.upstream.compat import judge
+from vllm_patchkit.tools.contracts import open_release
+from vllm_patchkit.tools.check import examine
+from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.manifest import load_manifests
+from vllm_patchkit.declaration.schema import Kind
 
 from .helpers import cached_wheel_or_skip
 
@@ -90,7 +90,7 @@ def test_a_used_callable_that_changed_breaks_the_patch(seed):
 
 
 def test_check_reports_compatible_drift_as_carry_with_exit_zero(seed):
-    from vllm_patchkit.check import check
+    from vllm_patchkit.tools.check import check
 
     ps, pins = seed
     only = type(ps)({k: v for k, v in ps.patches.items() if k == "batch-dispatch-override@1"},

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from vllm_patchkit.cli import main
-from vllm_patchkit.declare import load_patch_set, parse_manifest
-from vllm_patchkit.errors import PatchSetErrors, RequiredPatchUnavailable
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.declaration.declare import load_patch_set, parse_manifest
+from vllm_patchkit.declaration.errors import PatchSetErrors, RequiredPatchUnavailable
 
 from .helpers import patch_doc, write_patches, write_tree
 
@@ -79,8 +79,8 @@ def test_pin_refuses_it_naming_both_places(tmp_path, capsys):
 def test_the_loaders_manifest_validation_refuses_it(tmp_path):
     """With the real loader and vLLM target: before, the patch was `skipped` / `precondition` and start-up went
     on (status exit 0)."""
-    from vllm_patchkit.loader import Loader, installed_vllm_version
-    from vllm_patchkit.manifest import load_manifests
+    from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
+    from vllm_patchkit.declaration.manifest import load_manifests
 
     from ..core.helpers import live_pin, patch_doc as core_doc, write_patch
 
@@ -105,8 +105,8 @@ def test_the_loaders_manifest_validation_refuses_it(tmp_path):
 def test_an_entry_of_another_sets_manifest_is_named_in_its_own_file(tmp_path):
     """Manifests of one release are merged across the sets' folders: the entry is named in the file that holds
     it, at its index there (not the merged list's)."""
-    from vllm_patchkit.contradictions import find
-    from vllm_patchkit.manifest import load_manifests
+    from vllm_patchkit.declaration.contradictions import find
+    from vllm_patchkit.declaration.manifest import load_manifests
 
     patches = write_patches(tmp_path / "patches", [patch_doc("fine", "toy.mod:g"),
                                                    patch_doc("q", "toy.mod:f", required=True, when={"vllm": "<2"})])
@@ -161,8 +161,8 @@ def test_required_not_applicable_says_what_the_loader_does(tmp_path, capsys, whe
 @pytest.mark.parametrize("excluded", [True, False], ids=["when-excludes", "when-admits"])
 def test_the_loader_does_what_check_says(tmp_path, excluded):
     """The two behaviours check's words describe, on the real loader: skipped silently, or refused."""
-    from vllm_patchkit.loader import Loader, installed_vllm_version
-    from vllm_patchkit.manifest import load_manifests
+    from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
+    from vllm_patchkit.declaration.manifest import load_manifests
 
     from ..core.helpers import patch_doc as core_doc, write_patch
 

@@ -14,13 +14,13 @@ import textwrap
 
 import pytest
 
-from vllm_patchkit.breakage import BreakageKind as K
-from vllm_patchkit.check import examine
-from vllm_patchkit.compat import judge
-from vllm_patchkit.contracts import open_release
-from vllm_patchkit.releases import ReleaseError, installed_root
-from vllm_patchkit.schema import Fingerprint, Patch
-from vllm_patchkit.static import Missing
+from vllm_patchkit.upstream.findings import BreakageKind as K
+from vllm_patchkit.tools.check import examine
+from vllm_patchkit.upstream.compat import judge
+from vllm_patchkit.tools.contracts import open_release
+from vllm_patchkit.tools.releases import ReleaseError, installed_root
+from vllm_patchkit.declaration.schema import Fingerprint, Patch
+from vllm_patchkit.upstream.missing import Missing
 
 from .helpers import cached_wheel_or_skip, patch_doc
 
@@ -128,7 +128,7 @@ def test_an_override_that_spells_out_the_old_parameters_breaks_on_it(v031, impl)
 
 
 def test_an_added_required_parameter_needs_kwargs_taken_as_forwarding(v031, impl):
-    from vllm_patchkit.breakage import Breakage
+    from vllm_patchkit.upstream.findings import Breakage
 
     patch = subclass_patch(KVM, f"{impl('fwd2', FORWARDS)}:CountingKVCacheManager", ["allocate_slots"])
     b = Breakage(K.required_parameter_added, patch.key, f"{KVM}.allocate_slots", parameter="budget",
@@ -172,8 +172,8 @@ def test_update_request_with_output_moved_into_scheduler_is_compatible_when_the_
     _, found = examine(wheel("0.33.0"), patch, pins)
     assert found == []
     # had the definition changed on the way, the move itself is judged by the override's super() call
-    from vllm_patchkit.check import examine as _  # noqa: F401  (same function as above)
-    from vllm_patchkit.sigdiff import missing_breakages
+    from vllm_patchkit.tools.check import examine as _  # noqa: F401  (same function as above)
+    from vllm_patchkit.upstream.sigdiff import missing_breakages
     [b] = missing_breakages(patch.key, spec, got)
     j = judge(patch, b)
     assert j.kind is K.target_inherited and j.breaking is False
@@ -207,9 +207,9 @@ def test_a_first_pin_pins_an_inherited_override_where_it_is_defined(v031, impl, 
     """`AsyncScheduler.schedule` is inherited from `Scheduler` on vLLM 0.31.0 itself: a first pin of a subclass
     overriding it is not a move (before: refused, "now inherited from ...Scheduler.schedule, no longer defined on
     AsyncScheduler"). It is pinned as Scheduler defines it; a later release is compared with that pin only."""
-    from vllm_patchkit.check import check
-    from vllm_patchkit.declare import load_patch_set
-    from vllm_patchkit.pin import pin_release
+    from vllm_patchkit.tools.check import check
+    from vllm_patchkit.declaration.declare import load_patch_set
+    from vllm_patchkit.tools.pin import pin_release
 
     from .helpers import write_patches
 
@@ -238,10 +238,10 @@ def test_a_first_pin_pins_an_inherited_override_where_it_is_defined(v031, impl, 
 def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monkeypatch):
     """At start-up the base's inherited method is compared with its pin where the MRO finds it (live, the
     installed release, pinned from the same release read statically)."""
-    from vllm_patchkit import subclass
-    from vllm_patchkit.releases import installed_static
-    from vllm_patchkit.schema import ManifestEntry
-    from vllm_patchkit.targets import resolve
+    from vllm_patchkit.runtime import subclass
+    from vllm_patchkit.tools.releases import installed_static
+    from vllm_patchkit.declaration.schema import ManifestEntry
+    from vllm_patchkit.upstream.targets import resolve
 
     (tmp_path / "inh_live.py").write_text(textwrap.dedent(OVERRIDES_INHERITED))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -249,7 +249,7 @@ def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monk
     if installed_root() is None:
         pytest.skip("vLLM is not installed")
     static = installed_static()
-    from vllm_patchkit.pin import settle_inherited
+    from vllm_patchkit.tools.pin import settle_inherited
 
     found, _ = settle_inherited(static, patch, examine(static, patch, None)[0])
     entry = ManifestEntry(patch=patch.key, targets=found)
@@ -288,9 +288,10 @@ def test_an_init_override_is_judged_by_the_keyword_construction_vllm_makes(v031,
     """`AsyncScheduler.__init__` is `(self, *args, **kwargs)`; vLLM 0.31.0 builds the selected class only in
     vllm/v1/engine/core.py, `Scheduler(vllm_config=..., kv_cache_config=..., ...)`, keywords only. An override
     naming those keywords fits (before: refused, "has no *args where the target has *args")."""
-    from vllm_patchkit import callsites, subclass
-    from vllm_patchkit.schema import ManifestEntry
-    from vllm_patchkit.targets import resolve
+    from vllm_patchkit.upstream import callsites
+    from vllm_patchkit.runtime import subclass
+    from vllm_patchkit.declaration.schema import ManifestEntry
+    from vllm_patchkit.upstream.targets import resolve
 
     [call] = callsites.installed(FIELD, subclass.SELECTORS[FIELD])
     assert call.file == "vllm/v1/engine/core.py" and call.positional == 0 and not (call.star or call.dstar)
@@ -313,13 +314,14 @@ def test_an_init_override_is_judged_by_the_keyword_construction_vllm_makes(v031,
 
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
 def test_the_constructions_are_found_in_the_wheels_too(version):
-    from vllm_patchkit import callsites, subclass
+    from vllm_patchkit.upstream import callsites
+    from vllm_patchkit.runtime import subclass
 
     calls = callsites.constructions(wheel(version).release.source, FIELD, subclass.SELECTORS[FIELD], version=version)
     assert [c.file for c in calls] == ["vllm/v1/engine/core.py"] and all(c.positional == 0 for c in calls)
     import inspect
 
-    from vllm_patchkit.impl_static import signature_of
+    from vllm_patchkit.upstream.impl_static import signature_of
     import ast
     sig = signature_of(ast.parse(textwrap.dedent(KEYWORD_INIT)).body[1].body[0].args)
     assert subclass.judge_constructor(subclass_patch(ASYNC, "x:SizedScheduler", ["__init__"]), sig, calls) == []

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from vllm_patchkit import contracts, releases
-from vllm_patchkit.contracts import BreakageKind as K
-from vllm_patchkit.contracts import diff_signatures, render_github, render_json, render_text
-from vllm_patchkit.static import StaticRelease
+from vllm_patchkit.tools import contracts, releases
+from vllm_patchkit.tools.contracts import BreakageKind as K
+from vllm_patchkit.tools.contracts import diff_signatures, render_github, render_json, render_text
+from vllm_patchkit.tools.static import StaticRelease
 
 from .helpers import patch_doc
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit import impl_static
-from vllm_patchkit.convention import problems_for
-from vllm_patchkit.schema import Patch
+from vllm_patchkit.upstream import impl_static
+from vllm_patchkit.upstream.convention import problems_for
+from vllm_patchkit.declaration.schema import Patch
 
 from .helpers import patch_doc, write_patches, write_tree
 
@@ -117,7 +117,7 @@ def test_problems_for_reads_the_implementation_statically(pkg):
 
 CHILD = """
 import sys
-from vllm_patchkit.cli import main
+from vllm_patchkit.tools.cli import main
 rc_pin = main(["pin", "--source", sys.argv[1], "--vllm", "1.0.0", "--patch-dir", sys.argv[2],
                "--manifest-dir", sys.argv[3]])
 rc_check = main(["check", "--source", sys.argv[1], "--vllm", "1.0.0", "--patch-dir", sys.argv[2],

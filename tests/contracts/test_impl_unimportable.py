@@ -15,8 +15,8 @@ import sys
 import pytest
 import yaml
 
-from vllm_patchkit.cli import main
-from vllm_patchkit import impl_static
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.upstream import impl_static
 
 from .helpers import patch_doc, write_patches, write_tree
 

@@ -13,13 +13,14 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from vllm_patchkit import fingerprint as fp
-from vllm_patchkit.cli import main
-from vllm_patchkit.contracts import LiveRelease, installed_root, installed_version, read_manifests
-from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set, manifest_dirs, parse_manifest
-from vllm_patchkit.pin import pin_release
-from vllm_patchkit.static import DirSource, Missing, StaticRelease
-from vllm_patchkit.targets import resolve
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.tools.contracts import LiveRelease, installed_root, installed_version, read_manifests
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set, manifest_dirs, parse_manifest
+from vllm_patchkit.tools.pin import pin_release
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import DirSource, StaticRelease
+from vllm_patchkit.upstream.targets import resolve
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
@@ -125,9 +126,9 @@ def test_check_live_runs_in_a_child_and_agrees(capsys):
     import subprocess
     import sys
 
-    live_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "check", "--live"],
+    live_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "check", "--live"],
                               capture_output=True, text=True, timeout=600)
-    static_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "check"],
+    static_run = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "check"],
                                 capture_output=True, text=True, timeout=600)
     assert live_run.returncode == static_run.returncode == 0, live_run.stderr + static_run.stderr
     assert f"installed vLLM {RELEASE} (by import" in live_run.stdout
@@ -139,7 +140,7 @@ def test_pin_live_and_static_reproduce_the_committed_manifest(live):
     the same pins."""
     ps = load_patch_set(builtin_patch_dirs())
     committed = read_manifests(manifest_dirs(builtin_patch_dirs()), ps)[0][RELEASE]  # every set's, merged
-    from vllm_patchkit.contracts import StaticView
+    from vllm_patchkit.tools.contracts import StaticView
 
     by_import = pin_release(live, ps, {RELEASE: committed}, generated_by="test").manifest
     statically = pin_release(StaticView(StaticRelease(DirSource(installed_root()), RELEASE)), ps,

@@ -34,7 +34,7 @@ def _run(args, simulate: bool):
     if simulate:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests" / "cpu_sim"), env.get("PYTHONPATH")]))
         env["PATCHKIT_SIMULATE_NO_AVX512"] = "1"
-    return subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", *args], capture_output=True, text=True,
                           timeout=600, env=env, cwd=ROOT)
 
 

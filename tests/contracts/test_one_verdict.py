@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.check import examine
-from vllm_patchkit.declare import load_patch_set, manifest_dirs
-from vllm_patchkit.manifest import load_manifests
-from vllm_patchkit.patchsets import discover
-from vllm_patchkit.pin import settle_inherited
-from vllm_patchkit.releases import installed_static, installed_version
-from vllm_patchkit.schema import Fingerprint, Kind, ManifestEntry
-from vllm_patchkit.verify import Finding, stale_copies, verify
+from vllm_patchkit.tools.check import examine
+from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.manifest import load_manifests
+from vllm_patchkit.declaration.patchsets import discover
+from vllm_patchkit.tools.pin import settle_inherited
+from vllm_patchkit.tools.releases import installed_static, installed_version
+from vllm_patchkit.declaration.schema import Fingerprint, Kind, ManifestEntry
+from vllm_patchkit.runtime.verify import Finding, stale_copies, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
@@ -100,8 +100,8 @@ def test_misdeclared_places_get_the_same_words(judged):
 def test_every_by_value_copy_the_loader_finds_check_finds(judged):
     """The loader's stale search over this process's modules (vLLM's engine, runner, scheduler are imported by
     now) finds no holder of a target that the static reading of the release does not."""
-    from vllm_patchkit.apply import function_of
-    from vllm_patchkit.targets import TargetError, resolve
+    from vllm_patchkit.runtime.apply import function_of
+    from vllm_patchkit.upstream.targets import TargetError, resolve
 
     release, rows, _ = judged
     originals, static = {}, {}
@@ -121,7 +121,7 @@ def test_every_by_value_copy_the_loader_finds_check_finds(judged):
 
 
 def _misdeclared(spec: str):
-    from vllm_patchkit.schema import Patch
+    from vllm_patchkit.declaration.schema import Patch
 
     release = installed_static()
     patch = Patch.model_validate({"id": "misdeclared", "version": 1, "summary": "s", "why": "w", "upstream": "none: t",

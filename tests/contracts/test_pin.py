@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from vllm_patchkit.cli import main
-from vllm_patchkit.declare import load_patch_set, parse_manifest
-from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.declaration.declare import load_patch_set, parse_manifest
+from vllm_patchkit.declaration.manifest import load_manifests
 
 from .helpers import patch_doc, write_patches, write_tree
 

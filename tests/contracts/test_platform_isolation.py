@@ -9,7 +9,7 @@ plain run proves nothing on the machine at hand. Here a child process (`sys.exec
 
 - runs `scripts/atom_sites_report.py --json`, the code tests/contracts/test_atom_sites.py measures with:
   exit code 0, the figures of the data file's summary, and no `vllm` module imported at all;
-- runs the old in-process resolution of a rocm target (`vllm_patchkit.targets.resolve`), and a bare
+- runs the old in-process resolution of a rocm target (`vllm_patchkit.upstream.targets.resolve`), and a bare
   `import vllm.platforms.rocm`: both die by SIGABRT, so the guard does bite.
 """
 
@@ -59,7 +59,7 @@ def _child(body: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _installed_vllm() -> str:
-    from vllm_patchkit.releases import installed_version
+    from vllm_patchkit.tools.releases import installed_version
 
     v = installed_version()
     if v is None:
@@ -93,7 +93,7 @@ def test_atom_measurement_runs_under_the_guard():
 def test_the_guard_bites_the_old_in_process_resolution():
     _installed_vllm()
     done = _child("""
-        from vllm_patchkit.targets import resolve
+        from vllm_patchkit.upstream.targets import resolve
         resolve("vllm.platforms.rocm:RocmPlatform.check_and_update_config")
         print("resolved: the guard did not bite")
     """)

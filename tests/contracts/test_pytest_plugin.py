@@ -13,8 +13,8 @@ import sys
 import pytest
 import yaml
 
-from vllm_patchkit.contracts import installed_root, installed_version
-from vllm_patchkit.declare import builtin_patch_dirs, manifest_dirs
+from vllm_patchkit.tools.contracts import installed_root, installed_version
+from vllm_patchkit.declaration.declare import builtin_patch_dirs, manifest_dirs
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
@@ -105,14 +105,14 @@ def test_disabled_imports_neither_vllm_nor_the_harness(tmp_path):
     """The plugin is loaded in every pytest session of anyone with vllm-patchkit installed."""
     (tmp_path / "test_probe.py").write_text(
         "import sys\n\ndef test_probe():\n"
-        "    assert 'vllm' not in sys.modules and 'vllm_patchkit.testing' not in sys.modules, "
+        "    assert 'vllm' not in sys.modules and 'vllm_patchkit.tools.testing' not in sys.modules, "
         "sorted(m for m in sys.modules if m.startswith('vllm'))\n")
     r = run_pytest(tmp_path, "-q")
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
 
 
 def test_the_runtime_does_not_import_pytest():
-    code = ("import sys, vllm_patchkit.plugin, vllm_patchkit.testing, vllm_patchkit.loader; "
+    code = ("import sys, vllm_patchkit.runtime.plugin, vllm_patchkit.tools.testing, vllm_patchkit.runtime.loader; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'hypothesis')); "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -124,7 +124,7 @@ def _ids(stdout: str) -> list[str]:
 
 
 def test_one_ini_line_generates_lifecycle_and_contract_items(tmp_path):
-    from vllm_patchkit.testing import STEPS, lifecycle_cases
+    from vllm_patchkit.tools.testing import STEPS, lifecycle_cases
 
     (tmp_path / "pytest.ini").write_text("[pytest]\npatchkit_sets = deepseek-v4\n")
     cases = lifecycle_cases(["deepseek-v4"])

@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from vllm_patchkit.cli import main
-from vllm_patchkit.contracts import diff_signatures, read_manifests
-from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
-from vllm_patchkit.schema import Fingerprint
-from vllm_patchkit.static import Missing, StaticRelease
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.tools.contracts import diff_signatures, read_manifests
+from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import StaticRelease
 
 from .helpers import cached_wheel_or_skip
 
@@ -38,8 +39,8 @@ def test_every_patch_is_listed_or_not_applicable(version):
 def test_a_version_listed_again_differs_only_compatibly(version):
     """A patch version is listed again on a later release only when every difference from its earlier pins
     is compatible for that patch (what `pin` carries forward), never a breaking one."""
-    from vllm_patchkit.compat import judge_all
-    from vllm_patchkit.sigdiff import compare
+    from vllm_patchkit.upstream.compat import judge_all
+    from vllm_patchkit.upstream.sigdiff import compare
 
     older = [v for v in MANIFESTS if Version(v) < Version(version)]
     for entry in MANIFESTS[version].patches:
@@ -124,9 +125,9 @@ def test_pin_from_scratch_regenerates_the_shipped_manifests(version):
     """A new release costs one `pin` run: with the release's own manifests deleted, pinning it from its wheel
     gives back every committed manifest for it byte for byte (the `generated_by` line aside: it names how
     the committed one was read)."""
-    from vllm_patchkit.contracts import StaticView
-    from vllm_patchkit.pin import pin_release, render, split_by_set
-    from vllm_patchkit.static import StaticRelease as Static
+    from vllm_patchkit.tools.contracts import StaticView
+    from vllm_patchkit.tools.pin import pin_release, render, split_by_set
+    from vllm_patchkit.tools.static import StaticRelease as Static
 
     release = StaticView(Static.open(cached_wheel_or_skip(version)))
     others = {v: m for v, m in MANIFESTS.items() if v != version}

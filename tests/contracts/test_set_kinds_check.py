@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit import misdeclared
-from vllm_patchkit.check import examine
-from vllm_patchkit.cli import main
-from vllm_patchkit.releases import ReleaseError, installed_root, installed_static, installed_version, open_release
-from vllm_patchkit.schema import Fingerprint, ManifestEntry, Patch
-from vllm_patchkit.verify import Finding, verify
+from vllm_patchkit.upstream import misdeclared
+from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.tools.releases import ReleaseError, installed_root, installed_static, installed_version, open_release
+from vllm_patchkit.declaration.schema import Fingerprint, ManifestEntry, Patch
+from vllm_patchkit.runtime.verify import Finding, verify
 
 from .helpers import cached_wheel_or_skip, patch_doc, release, write_patches, write_tree
 
@@ -58,7 +58,7 @@ def pinned(tmp_path_factory):
 
 
 def test_pin_writes_the_two_forms(pinned):
-    from vllm_patchkit.fingerprint import value_digest
+    from vllm_patchkit.upstream.fingerprint import value_digest
 
     _, manifests = pinned
     m = yaml.safe_load((manifests / "vllm-0.31.0.yaml").read_text())

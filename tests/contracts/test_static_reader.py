@@ -14,9 +14,10 @@ import zipfile
 
 import pytest
 
-from vllm_patchkit import fingerprint as fp
-from vllm_patchkit.static import Missing, StaticRelease
-from vllm_patchkit.targets import resolve
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import StaticRelease
+from vllm_patchkit.upstream.targets import resolve
 
 from .helpers import write_tree
 
@@ -265,7 +266,7 @@ def test_what_cannot_be_found(tree):
 
 def test_inherited_is_read_alike_statically_and_live(tree):
     """An attribute the class has only through a base: both readers say inherited, from the same definition."""
-    from vllm_patchkit.contracts import LiveRelease, installed_root
+    from vllm_patchkit.tools.contracts import LiveRelease, installed_root
 
     if installed_root() is None:
         pytest.skip("vLLM is not installed")

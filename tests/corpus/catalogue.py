@@ -1,5 +1,5 @@
 """Read and validate the corpus catalogues (`tests/corpus/<plugin>/catalogue.yaml`, format: README.md here),
-and build a full `vllm_patchkit.schema.Patch` for every declared place.
+and build a full `vllm_patchkit.declaration.schema.Patch` for every declared place.
 
     load("flash_head") -> Catalogue          all_catalogues() -> list[Catalogue]
     catalogue.patches() -> list[Patch]       (the declared places, boilerplate filled)
@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from vllm_patchkit.schema import EnvDefault, Patch, TARGET
+from vllm_patchkit.declaration.schema import EnvDefault, Patch, TARGET
 
 HERE = Path(__file__).resolve().parent
 RELEASES = ("0.32.0", "0.33.0")

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.releases import cached_wheel, installed_root
-from vllm_patchkit.schema import Patch
-from vllm_patchkit.static import DirSource, Missing, StaticRelease
+from vllm_patchkit.tools.releases import cached_wheel, installed_root
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import DirSource, StaticRelease
 
 from tests.corpus.catalogue import RELEASES, Catalogue
 

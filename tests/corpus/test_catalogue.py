@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_patchkit.releases import installed_root
-from vllm_patchkit.schema import Patch
-from vllm_patchkit.static import DirSource, Missing, StaticRelease
+from vllm_patchkit.tools.releases import installed_root
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import DirSource, StaticRelease
 
 from tests.corpus.catalogue import RELEASES, all_catalogues, load, plugins
 

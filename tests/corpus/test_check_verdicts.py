@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.releases import ReleaseError, open_release
+from vllm_patchkit.tools.releases import ReleaseError, open_release
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_copied_body_changed_is_source_changed_with_its_diff(tmp_path):
     pdir, mdir = tmp_path / "patches", tmp_path / "manifests"
     pdir.mkdir(), mdir.mkdir()
     (pdir / f"{patch.id}.yaml").write_text(yaml.safe_dump(patch.model_dump(mode="json", exclude_defaults=True)))
-    cli = [sys.executable, "-m", "vllm_patchkit.cli"]
+    cli = [sys.executable, "-m", "vllm_patchkit.tools.cli"]
     pinned = subprocess.run([*cli, "pin", "--vllm", "0.31.0", "--patch-dir", str(pdir), "--manifest-dir", str(mdir)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr

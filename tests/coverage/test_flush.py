@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit import status
+from vllm_patchkit.reporting import status
 
 SCRIPT = textwrap.dedent('''
     import os, sys, time
     from pathlib import Path
     sys.path.insert(0, {tmp!r})
-    from vllm_patchkit.declare import load_patch_set
-    from vllm_patchkit.manifest import load_manifests
-    from vllm_patchkit.loader import Loader
-    from vllm_patchkit.flush import Flusher
+    from vllm_patchkit.declaration.declare import load_patch_set
+    from vllm_patchkit.declaration.manifest import load_manifests
+    from vllm_patchkit.runtime.loader import Loader
+    from vllm_patchkit.runtime.flush import Flusher
     import counted_mod
     ps = load_patch_set([Path({tmp!r}) / "patches"])
     loader = Loader(ps, load_manifests([Path({tmp!r}) / "manifests"], ps), role={role!r},
@@ -133,7 +133,7 @@ def test_group_writable_status_dir_is_ignored_with_warning(tmp_path):
 
 def test_status_exit_codes_and_inert(tmp_path):
     """0 all good; 1 inert per-step patch after enough steps; 2 no records."""
-    from vllm_patchkit.cli import main
+    from vllm_patchkit.tools.cli import main
 
     assert main(["status", "--dir", str(tmp_path / "nothing")]) == 2
     path = _one_record(tmp_path)

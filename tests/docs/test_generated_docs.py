@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_patchkit.cli import main
-from vllm_patchkit.docs import HEADER, generate, write_or_check
+from vllm_patchkit.tools.cli import main
+from vllm_patchkit.tools.docs import HEADER, generate, write_or_check
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -31,8 +31,8 @@ def test_every_page_opens_with_do_not_edit_naming_the_command():
 
 
 def test_patch_page_covers_every_patch_and_env_page_every_declared_variable():
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
-    from vllm_patchkit.knobs import KNOBS
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.knobs import KNOBS
 
     pages = generate()
     ps = load_patch_set(builtin_patch_dirs())

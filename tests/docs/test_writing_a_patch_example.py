@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.core.helpers import make_loader, pinned_entry
+from tests.framework.helpers import make_loader, pinned_entry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "writing-a-patch.md"
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from vllm_patchkit.demo.tiny_model import build_tiny_model
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 
 
 def _need_vllm():

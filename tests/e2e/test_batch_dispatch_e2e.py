@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.demo.server import serve
-from vllm_patchkit.status import load_run, render
+from vllm_patchkit.tools.serve.server import serve
+from vllm_patchkit.reporting.status import load_run, render
 
 pytestmark = [
     pytest.mark.e2e,

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from vllm_patchkit import status
-from vllm_patchkit.cli import main as cli_main
-from vllm_patchkit.demo.server import RequestError, pid_alive, serve
+from vllm_patchkit.reporting import status
+from vllm_patchkit.tools.cli import main as cli_main
+from vllm_patchkit.tools.serve.server import RequestError, pid_alive, serve
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_patchkit.demo import server as demo_server
+from vllm_patchkit.tools.serve import server as demo_server
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def _get(url: str, opener=_PLAIN, timeout: float = 30.0) -> tuple[int, bytes]:
 
 def _status_json(status_dir: Path) -> tuple[int, dict]:
     script = Path(sys.executable).with_name("vllm-patchkit")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_patchkit.cli"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_patchkit.tools.cli"]
     env = {**os.environ, "VLLM_PATCHKIT_STATUS_DIR": str(status_dir)}
     done = subprocess.run([*cmd, "status", "--json"], env=env, capture_output=True, text=True, timeout=120)
     return done.returncode, json.loads(done.stdout)

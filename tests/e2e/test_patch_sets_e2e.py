@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.releases import INSTALLED
-from vllm_patchkit import status
-from vllm_patchkit.demo.server import serve
+from vllm_patchkit.reporting import status
+from vllm_patchkit.tools.serve.server import serve
 
 pytestmark = pytest.mark.e2e
 
@@ -110,11 +110,11 @@ def test_a_third_party_set_is_found_applied_counted_and_shown_under_its_name(tin
     assert other[("worker", "other.schedule-counter@1")]["code"] == "process"
     assert rows[("engine_core", "core.steps.engine-core@1")]["patch_set"] == "core"
     assert rows[("worker", "batch-dispatch-override@1")]["patch_set"] == "deepseek-v4"
-    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "status", "--dir", str(status_dir), "--json",
+    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "status", "--dir", str(status_dir), "--json",
                           "--set", "other"], capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stdout + cli.stderr
     shown = {r["patch_set"] for p in json.loads(cli.stdout)["processes"] for r in p["patches"]}
     assert shown == {"other"}
-    table = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "status", "--dir", str(status_dir)],
+    table = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "status", "--dir", str(status_dir)],
                            capture_output=True, text=True, timeout=120).stdout
     assert "other.schedule-counter@1" in table and "deepseek-v4" in table

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit import status
-from vllm_patchkit.cli import main as cli_main
-from vllm_patchkit.demo.server import serve
+from vllm_patchkit.reporting import status
+from vllm_patchkit.tools.cli import main as cli_main
+from vllm_patchkit.tools.serve.server import serve
 
 pytestmark = pytest.mark.e2e
 

@@ -33,7 +33,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from vllm_patchkit.demo.server import ServerError, serve
+from vllm_patchkit.tools.serve.server import ServerError, serve
 
 pytestmark = pytest.mark.e2e
 
@@ -101,7 +101,7 @@ def _needed_required_patches(release: str, env: dict[str, str]) -> set[str]:
 def _status_json(status_dir: Path) -> tuple[int, dict]:
     """`vllm-patchkit status --json` as a subprocess, reading the server's status directory."""
     script = Path(sys.executable).with_name("vllm-patchkit")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_patchkit.cli"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "vllm_patchkit.tools.cli"]
     env = {**os.environ, "VLLM_PATCHKIT_STATUS_DIR": str(status_dir)}
     done = subprocess.run([*cmd, "status", "--json"], env=env, capture_output=True, text=True, timeout=120)
     try:

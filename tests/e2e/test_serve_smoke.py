@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from vllm_patchkit.demo.server import pid_alive, serve
+from vllm_patchkit.tools.serve.server import pid_alive, serve
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.e2e.stateful_standin import EXECUTOR, build_v4_checkpoint, side_records, stream_and_cancel
-from vllm_patchkit.demo.server import pid_alive, serve
-from vllm_patchkit.status import load_run
+from vllm_patchkit.tools.serve.server import pid_alive, serve
+from vllm_patchkit.reporting.status import load_run
 
 
 def _installed(module: str) -> bool:

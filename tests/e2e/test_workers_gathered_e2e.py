@@ -8,7 +8,7 @@ the channel against the directory: every worker answered, each answer is the rec
 directory (same pid, role, states, calls at least as high), and the merged view adds nothing (the body is
 exactly `status --json`'s). Then the workers' files are taken out of the directory (a directory sits at each
 file's name, so their flushes cannot put them back), as on a host the API server cannot read: the route and
-/metrics still show both workers, from their answers alone. Other host names: tests/core/test_gather.py.
+/metrics still show both workers, from their answers alone. Other host names: tests/framework/test_gather.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 import pytest
 
 from tests.e2e.test_operators_e2e import _get, _scrape, _status_json
-from vllm_patchkit import gather
-from vllm_patchkit.demo import server as demo_server
+from vllm_patchkit.reporting import gather
+from vllm_patchkit.tools.serve import server as demo_server
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from vllm_patchkit import doctor
+from vllm_patchkit.tools import doctor
 
 TORCH = Version(metadata.version("torch"))
 TV_LINE = f"0.{TORCH.minor + 15}"  # torchvision's release line for this torch
@@ -30,7 +30,7 @@ def run_doctor(tmp_path: Path, *extra_path: Path, **env: str) -> tuple[int, dict
     if extra_path:
         base["PYTHONPATH"] = os.pathsep.join(map(str, extra_path))
     base.update(env)
-    cmd = [sys.executable, "-m", "vllm_patchkit.cli", "doctor"]
+    cmd = [sys.executable, "-m", "vllm_patchkit.tools.cli", "doctor"]
     js = subprocess.run([*cmd, "--json"], env=base, capture_output=True, text=True, timeout=300)
     plain = subprocess.run(cmd, env=base, capture_output=True, text=True, timeout=300)
     assert js.returncode == plain.returncode, (js.stdout, plain.stdout, plain.stderr)
@@ -128,7 +128,7 @@ def test_release_without_manifest(tmp_path):
 
 
 def test_vllm_not_installed(monkeypatch):
-    monkeypatch.setattr("vllm_patchkit.releases.installed_version", lambda: None)
+    monkeypatch.setattr("vllm_patchkit.tools.releases.installed_version", lambda: None)
     f = doctor.check_vllm()
     assert not f.ok and "vLLM is not installed" in f.detail and "pip install -c constraints/" in f.fix
 

@@ -28,12 +28,12 @@ def main() -> None:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     from vllm_patchkit.adapters import REGISTRY, CheckpointSpec, ModelAdapter
-    from vllm_patchkit.context import PatchContext
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
-    from vllm_patchkit.demo.tiny_model import build_tiny_model
-    from vllm_patchkit.manifest import load_manifests
+    from vllm_patchkit.runtime.context import PatchContext
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+    from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
+    from vllm_patchkit.declaration.manifest import load_manifests
     from vllm_patchkit.patches import kv_config_hook as hook
-    from vllm_patchkit.verify import Finding, verify
+    from vllm_patchkit.runtime.verify import Finding, verify
 
     class ToyAdapter(ModelAdapter):
         name = "Toy"
@@ -114,8 +114,8 @@ def main() -> None:
 
     # `vllm-patchkit check --live` on the imported release: every patch against the 0.33 manifest. This probe
     # is already the isolated child `--live` would start (it imports 0.33's sources itself), so it reads in-process.
-    from vllm_patchkit import live
-    from vllm_patchkit.cli import main as cli
+    from vllm_patchkit.tools import live
+    from vllm_patchkit.tools.cli import main as cli
 
     os.environ[live.CHILD_ENV] = "1"
     buf = io.StringIO()

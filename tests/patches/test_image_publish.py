@@ -21,9 +21,9 @@ import pytest
 
 from tests.conftest import process_loader
 from tests.patches.test_kv_config_hook import BS, ToyAdapter, make_config, toy_specs
-from vllm_patchkit import runtime
+from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.adapters import INTERVAL_ENV, REGISTRY
-from vllm_patchkit.demo.tiny_model import build_tiny_model
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 from vllm_patchkit.patches import image_publish as ip
 
 IDS = ["image-publish", "image-publish-suppress", "image-publish-finish", "image-publish-preempt",

@@ -22,11 +22,11 @@ from tests.conftest import process_loader
 import torch
 import yaml
 
-from vllm_patchkit import runtime
+from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.adapters import INTERVAL_ENV, REGISTRY, CheckpointSpec, DeepseekV4Adapter, ModelAdapter
-from vllm_patchkit.context import PatchContext
-from vllm_patchkit.declare import parse_patch
-from vllm_patchkit.demo.tiny_model import build_tiny_model
+from vllm_patchkit.runtime.context import PatchContext
+from vllm_patchkit.declaration.declare import parse_patch
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 from vllm_patchkit.patches import kv_config_hook as hook
 
 PAGE = 4096
@@ -598,7 +598,7 @@ def test_auto_fit_helper_signature_is_checked(monkeypatch, v4_checkpoint, standi
     """The helper is declared in `uses` and pinned: a changed one stops start-up before the hook is installed."""
     from vllm.v1.core import kv_cache_utils
 
-    from vllm_patchkit.errors import RequiredPatchFailed
+    from vllm_patchkit.declaration.errors import RequiredPatchFailed
 
     original = kv_cache_utils.get_kv_cache_configs
     monkeypatch.setattr(kv_cache_utils, "_auto_fit_max_model_len", lambda builder, vllm_config, groups, mem: None)

@@ -34,11 +34,11 @@ from tests.conftest import process_loader
 import torch
 import yaml
 
-from vllm_patchkit import runtime
-from vllm_patchkit.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
-from vllm_patchkit.demo.tiny_model import build_tiny_model
-from vllm_patchkit.loader import Loader
-from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.runtime import state as runtime
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
+from vllm_patchkit.runtime.loader import Loader
+from vllm_patchkit.declaration.manifest import load_manifests
 from tests.releases import only_on
 
 ONLY_031 = only_on("0.31.0", "calls _pool_bytes_per_block(kv_cache_groups) in its 0.31 one-parameter form (0.32 added vllm_config)")

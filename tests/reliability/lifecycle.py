@@ -1,4 +1,4 @@
-"""This repository's additions to the framework's lifecycle harness (vllm_patchkit.testing).
+"""This repository's additions to the framework's lifecycle harness (vllm_patchkit.tools.testing).
 
 The permutations, the forked runner and the checks on restored originals live in the
 framework, shared with every patch set (the pytest plugin's `patchkit_sets`). What stays

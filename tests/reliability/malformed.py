@@ -15,13 +15,13 @@ from typing import Optional
 
 import yaml
 
-from vllm_patchkit import fingerprint as fp
-from vllm_patchkit.declare import PatchSet, builtin_patch_dirs, load_patch_set
-from vllm_patchkit.errors import DeclarationError, PatchSetErrors
-from vllm_patchkit.loader import Loader, installed_vllm_version
-from vllm_patchkit.manifest import load_manifests
-from vllm_patchkit.record import APPLIED
-from vllm_patchkit.targets import TargetError, resolve
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.declaration.declare import PatchSet, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
+from vllm_patchkit.declaration.manifest import load_manifests
+from vllm_patchkit.runtime.record import APPLIED
+from vllm_patchkit.upstream.targets import TargetError, resolve
 
 from .mutations import Case, Corpus, dump, field_matches
 
@@ -55,7 +55,7 @@ def build_corpus() -> Corpus:
     ps = load_patch_set(dirs)  # the base must be valid
     texts = {p.name: p.read_text() for d in dirs for p in sorted(d.glob("*.yaml"))}
     docs = {n: yaml.safe_load(t) for n, t in texts.items()}
-    from vllm_patchkit.preconditions import version_matches
+    from vllm_patchkit.declaration.preconditions import version_matches
 
     newest = {}  # the newest version of each patch that admits the installed release (its targets exist here)
     for p in ps.patches.values():

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from vllm_patchkit import schema
+from vllm_patchkit.declaration import schema
 
 # ---------------------------------------------------------------------------------------------
 # The shape of every field, read off the schema's annotations.

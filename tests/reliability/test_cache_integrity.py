@@ -18,13 +18,13 @@ import pytest
 import yaml
 
 from tests.probes import REGISTER
-from vllm_patchkit import cache
-from vllm_patchkit import fingerprint as fp
-from vllm_patchkit import status
-from vllm_patchkit.errors import DeclarationError, PatchSetErrors, RequiredPatchFailed
-from vllm_patchkit.loader import Loader
-from vllm_patchkit.patchsets import EXTRA_ENV
-from vllm_patchkit.releases import installed_version
+from vllm_patchkit.upstream import cache
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.reporting import status
+from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, RequiredPatchFailed
+from vllm_patchkit.runtime.loader import Loader
+from vllm_patchkit.declaration.patchsets import EXTRA_ENV
+from vllm_patchkit.tools.releases import installed_version
 
 from ..core.helpers import patch_doc, write_patch
 
@@ -242,7 +242,7 @@ def _installed_set(site: Path, victim: str) -> Path:
         "patches": [{"patch": "ep-guard@1", "targets": {f"{victim}:g": {"kind": "function", "signature": "(a, b=1)"}}}]}))
     (pkg / "__init__.py").write_text(textwrap.dedent("""\
         from pathlib import Path
-        from vllm_patchkit.patchsets import PatchSetSource
+        from vllm_patchkit.declaration.patchsets import PatchSetSource
 
         def patch_set():
             here = Path(__file__).resolve().parent / "patches"
@@ -336,7 +336,7 @@ def test_an_entry_that_is_a_fifo_neither_blocks_nor_is_read(tmp_path, cache_dir,
 
 
 def _status(tmp_path) -> tuple[int, dict]:
-    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "status", "--json"], capture_output=True, text=True,
+    cli = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "status", "--json"], capture_output=True, text=True,
                          env={**os.environ, "VLLM_PATCHKIT_STATUS_DIR": str(tmp_path / "status")}, timeout=120)
     return cli.returncode, json.loads(cli.stdout)
 
@@ -350,7 +350,7 @@ def test_a_forged_fingerprint_does_not_pass_a_changed_target(tmp_path, cache_dir
     env = {cache.CACHE_DIR_ENV: str(cache_dir), EXTRA_ENV: os.environ[EXTRA_ENV],
            "PYTHONPATH": os.pathsep.join(p for p in (str(mods), os.environ.get("PYTHONPATH")) if p)}
     # the target's module is imported before the plugin loads (as vLLM has imported its own by then)
-    script = REGISTER.replace("from vllm_patchkit.plugin", f"import {victim}\nfrom vllm_patchkit.plugin")
+    script = REGISTER.replace("from vllm_patchkit.runtime.plugin", f"import {victim}\nfrom vllm_patchkit.runtime.plugin")
 
     def run():
         full = {**os.environ, **env, "VLLM_PATCHKIT_STATUS_DIR": str(tmp_path / "status")}

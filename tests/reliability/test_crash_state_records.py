@@ -12,8 +12,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from vllm_patchkit import process, status
-from vllm_patchkit.record import ProcessRecord, process_file, write_atomic
+from vllm_patchkit.runtime import process
+from vllm_patchkit.reporting import status
+from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic
 
 RUN = "20260101T000000-1-abcdef"
 
@@ -110,9 +111,9 @@ SCRIPT = textwrap.dedent('''
     import os, signal, sys, time
     from types import SimpleNamespace
     from pathlib import Path
-    from vllm_patchkit.record import ProcessRecord, process_file, write_atomic, default_status_dir
+    from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic, default_status_dir
     from vllm_patchkit import process
-    from vllm_patchkit.flush import Flusher
+    from vllm_patchkit.runtime.flush import Flusher
 
     class L:
         status_dir = None

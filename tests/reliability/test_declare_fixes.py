@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_patchkit.declare import load_patch_set, parse_manifest, parse_patch
-from vllm_patchkit.errors import DeclarationError, PatchSetErrors
-from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.declaration.declare import load_patch_set, parse_manifest, parse_patch
+from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.manifest import load_manifests
 
 from ..core.helpers import patch_doc, write_manifest, write_patch
 

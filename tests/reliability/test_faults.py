@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit import record as record_mod
-from vllm_patchkit.declare import load_patch_set
-from vllm_patchkit.errors import PatchSetErrors, RequiredPatchFailed
-from vllm_patchkit.loader import Loader
-from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.runtime import record as record_mod
+from vllm_patchkit.declaration.declare import load_patch_set
+from vllm_patchkit.declaration.errors import PatchSetErrors, RequiredPatchFailed
+from vllm_patchkit.runtime.loader import Loader
+from vllm_patchkit.declaration.manifest import load_manifests
 
 from ..core.helpers import live_pin, patch_doc
 from .conftest import COUNTS, OPS
@@ -371,7 +371,7 @@ ENTRY_POINT = textwrap.dedent("""
     import vllm.v1.core.kv_cache_utils as kvu
     import vllm.v1.executor.abstract as ex
     from vllm_patchkit import runtime
-    from vllm_patchkit.errors import RequiredPatchFailed
+    from vllm_patchkit.declaration.errors import RequiredPatchFailed
     out = {}
     del kvu._pool_bytes_per_block              # optional pool-bytes-passthrough loses its target
     vllm.plugins.load_general_plugins()         # must return

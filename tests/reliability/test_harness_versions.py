@@ -3,9 +3,9 @@ it took the newest version even where that version's `when.vllm` excludes the in
 
 from __future__ import annotations
 
-from vllm_patchkit.declare import PatchSet
-from vllm_patchkit.schema import Patch
-from vllm_patchkit.testing.lifecycle import newest
+from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.tools.testing.lifecycle import newest
 
 from tests.contracts.helpers import patch_doc
 

@@ -1,9 +1,9 @@
 """Import / patch / unpatch permutations for every patch of the shipped sets, each in a fresh process.
 
 The same harness any patch set gets from the pytest plugin (`patchkit_sets = NAME`), called
-through its API (vllm_patchkit.testing): the cases are made from the sets at collection time,
+through its API (vllm_patchkit.tools.testing): the cases are made from the sets at collection time,
 so a new patch (or a new process role of one) gets them with no test to write. What each case
-checks: vllm_patchkit/testing/lifecycle.py; how the processes are made: testing/runner.py.
+checks: vllm_patchkit/tools/testing/lifecycle.py; how the processes are made: testing/runner.py.
 
 On top, this repository's policy (lifecycle.py): a case failing only on a check listed in
 KNOWN_BUGS is a strict xfail; the counters feed the reliability summary.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.testing import STEPS, lifecycle_cases, run_lifecycle
+from vllm_patchkit.tools.testing import STEPS, lifecycle_cases, run_lifecycle
 
 from .conftest import COUNTS, OPS
 from .lifecycle import KNOWN_BUGS, SETS, classify
@@ -31,7 +31,7 @@ def lifecycle_run(tmp_path_factory):
 
 
 def test_every_shipped_patch_has_cases():
-    from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
 
     ps = load_patch_set([s for s in builtin_patch_dirs() if s.name in SETS])
     assert {c.patch for c in CASES} == {p.id for p in ps.patches.values()}

@@ -23,8 +23,8 @@ import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from vllm_patchkit import schema
-from vllm_patchkit.declare import builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration import schema
+from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
 
 from .conftest import COUNTS, OPS
 from .malformed import Places, run_case
@@ -175,7 +175,7 @@ def _sweep_one(case, folder, ps, places) -> list[str]:
 @pytest.mark.parametrize("spec", [" ", ",", " , "])
 @pytest.mark.parametrize("where", ["when", "retire_when"])
 def test_schema_gaps_blank_version_specifier_is_rejected(tmp_path, where, spec):
-    from vllm_patchkit.errors import DeclarationError, PatchSetErrors
+    from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 
     from ..core.helpers import patch_doc, write_patch
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit import status
-from vllm_patchkit.declare import load_patch_set
-from vllm_patchkit.errors import RequiredPatchFailed, RequiredPatchUnavailable
-from vllm_patchkit.flush import Flusher
-from vllm_patchkit.loader import Loader, installed_vllm_version
-from vllm_patchkit.manifest import load_manifests
+from vllm_patchkit.reporting import status
+from vllm_patchkit.declaration.declare import load_patch_set
+from vllm_patchkit.declaration.errors import RequiredPatchFailed, RequiredPatchUnavailable
+from vllm_patchkit.runtime.flush import Flusher
+from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
+from vllm_patchkit.declaration.manifest import load_manifests
 
 from ..core.helpers import live_pin, patch_doc
 
@@ -227,7 +227,7 @@ def test_each_failure_class_offers_remedies_that_work(tmp_path, monkeypatch, res
 
 def test_an_install_that_raises_honours_the_allowance_too(tmp_path, monkeypatch, restore):
     """`apply`: installing raised (a bug); the message offers the allowance, and it works."""
-    import vllm_patchkit.loader as loader_mod
+    import vllm_patchkit.runtime.loader as loader_mod
 
     def broken(*a, **k):
         raise RuntimeError("simulated install failure")

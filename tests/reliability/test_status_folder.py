@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit import http_status, metrics, status
-from vllm_patchkit.cli import main as cli_main
-from vllm_patchkit.record import ProcessRecord, process_file, write_atomic
+from vllm_patchkit.reporting import route as http_status, metrics, status
+from vllm_patchkit.tools.cli import main as cli_main
+from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic
 
 RUN = "20260101T000000-1-abcdef"
 
@@ -245,7 +245,7 @@ def test_route_body_is_bounded():
 
 
 def test_metrics_series_are_bounded(tmp_path):
-    from vllm_patchkit.record import PatchRecord
+    from vllm_patchkit.runtime.record import PatchRecord
 
     rows = [PatchRecord(patch=f"p{i}@1", kind="wrap", required=False, stage="import").set("applied")
             for i in range(metrics.MAX_PATCH_ROWS + 1)]

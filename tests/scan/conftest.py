@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.scan.upstream import Upstream
+from vllm_patchkit.tools.scan.upstream import Upstream
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.scan.recall import fetch
+from vllm_patchkit.tools.scan.recall import fetch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adopting.md"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.declare import load_patch_set
-from vllm_patchkit.scan import scan
-from vllm_patchkit.scan.draft import validate, write
-from vllm_patchkit.scan.recall import fetch
+from vllm_patchkit.declaration.declare import load_patch_set
+from vllm_patchkit.tools.scan import scan
+from vllm_patchkit.tools.scan.draft import validate, write
+from vllm_patchkit.tools.scan.recall import fetch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_write_validates_and_pins(tmp_path, flash_head, upstream):
     finally:
         sys.path.remove(str(tmp_path))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "vllm_patchkit.cli", "pin", "--dry-run", "--patch-dir", str(folder),
+    out = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "pin", "--dry-run", "--patch-dir", str(folder),
                           "--manifest-dir", str(folder / "manifests")], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr

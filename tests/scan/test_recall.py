@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.scan.recall import ATOM_ENV, read_catalogue, places_of, recall_of, source_of
-from vllm_patchkit.scan.scanner import scan
+from vllm_patchkit.tools.scan.recall import ATOM_ENV, read_catalogue, places_of, recall_of, source_of
+from vllm_patchkit.tools.scan.scanner import scan
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CATALOGUES = sorted(CORPUS.glob("*/catalogue.yaml"))

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_patchkit.scan import scan
-from vllm_patchkit.scan.recall import fetch
-from vllm_patchkit.scan.sources import dist_metadata
+from vllm_patchkit.tools.scan import scan
+from vllm_patchkit.tools.scan.recall import fetch
+from vllm_patchkit.tools.scan.sources import dist_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scan_registry.yaml"
 ROWS = yaml.safe_load(DATA.read_text(encoding="utf-8"))["plugins"]
@@ -51,7 +51,7 @@ def test_at_least_twenty_plugins_small_download():
 
 @pytest.fixture(scope="module")
 def up():
-    from vllm_patchkit.scan.upstream import Upstream
+    from vllm_patchkit.tools.scan.upstream import Upstream
 
     u = Upstream.open()
     if u.release is None:

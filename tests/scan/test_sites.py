@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import sys
 
-from vllm_patchkit.scan import scan
-from vllm_patchkit.scan.upstream import normalised_lines, similarity
+from vllm_patchkit.tools.scan import scan
+from vllm_patchkit.tools.scan.upstream import normalised_lines, similarity
 
 from .conftest import write_plugin
 
@@ -255,7 +255,7 @@ def test_wheel_sdist_and_installed_distribution(tmp_path, upstream):
 def test_scan_never_imports_vllm(tmp_path):
     import subprocess
 
-    code = ("import sys; from vllm_patchkit.scan import scan; "
+    code = ("import sys; from vllm_patchkit.tools.scan import scan; "
             f"r = scan({str(tmp_path)!r}); assert 'vllm' not in sys.modules, 'imported vllm'; print('ok')")
     write_plugin(tmp_path, {"p/__init__.py": "import vllm.v1.core.sched.scheduler as s\ns.Scheduler.x = 1\n"})
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -5,7 +5,7 @@ against the installed vLLM read statically. The patterns are the ones ROCm/ATOM'
 
 from __future__ import annotations
 
-from vllm_patchkit.scan import scan
+from vllm_patchkit.tools.scan import scan
 
 from .conftest import write_plugin
 

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from vllm_patchkit.patchsets import GROUP, discover
+from vllm_patchkit.declaration.patchsets import GROUP, discover
 
 pytestmark = pytest.mark.skipif("other" not in {ep.name for ep in metadata.entry_points(group=GROUP)},
                                 reason="the patch set `other` is not installed (tests/e2e installs it)")

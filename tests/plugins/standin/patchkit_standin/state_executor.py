@@ -37,7 +37,7 @@ EngineCore, where it is built before the scheduler and the batch queue (``max_co
 EngineCore runs ``AsyncScheduler`` with ``step_with_batch_queue``; ``execute_model`` returns ``None`` and
 ``sample_tokens`` the output, as vLLM's workers do.
 
-Counters go into EngineCore's record under ``patchkit_standin.state_executor`` (``vllm_patchkit.runtime.count``:
+Counters go into EngineCore's record under ``patchkit_standin.state_executor`` (``vllm_patchkit.runtime.state.count``:
 ``vllm-patchkit status`` and /metrics show them); the layout and the first wrong restores, with their blocks, go
 to a side file: ``<status dir>/<run id>/standin/state-executor-<pid>.json``.
 ``PATCHKIT_STANDIN_STEP_DELAY_S`` slows each step (to aim aborts at a boundary);
@@ -87,7 +87,7 @@ def chain(digest: bytes, tokens) -> bytes:
 
 
 def side_file() -> str:
-    from vllm_patchkit.record import default_status_dir, run_id
+    from vllm_patchkit.runtime.record import default_status_dir, run_id
 
     return str(default_status_dir() / run_id() / SIDE_DIR / f"state-executor-{os.getpid()}.json")
 
@@ -387,9 +387,9 @@ class StandinWorker:
                 "wrong": list(self.wrong), "running": len(self.requests), "free_slots": len(self.free_slots)}
 
     def publish(self) -> None:
-        """The counts into this process's record (vllm_patchkit.runtime.count), as deltas since the last time:
+        """The counts into this process's record (vllm_patchkit.runtime.state.count), as deltas since the last time:
         `vllm-patchkit status`, its JSON and /metrics show them next to the patches' counters."""
-        from vllm_patchkit import runtime
+        from vllm_patchkit.runtime import state as runtime
 
         with self._publish_lock:  # its own lock: flush() may run under self._lock, from two threads
             now = dict(self.counts)  # a dict copy is atomic here
@@ -406,7 +406,7 @@ class StandinWorker:
         self._last_flush = now
         self.publish()
         try:
-            from vllm_patchkit.record import write_atomic
+            from vllm_patchkit.runtime.record import write_atomic
 
             write_atomic(Path(self.path), self.snapshot())
         except Exception as exc:  # never fatal

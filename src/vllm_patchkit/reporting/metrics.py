@@ -1,0 +1,168 @@
+"""Patch status as Prometheus metrics, read from a server run's records at scrape time.
+
+A custom collector rather than Gauge objects kept up to date: every scrape reads
+the record files of the run (one per process: API server, EngineCore, workers),
+so /metrics shows all processes as their last flush left them, and nothing is
+held between scrapes. The figures are those of `vllm-patchkit status --json`
+(same reader, same inert/shadowed judgement); see docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Optional
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from vllm_patchkit.reporting.status import Run, assess, is_inert, load_run, warnings_of
+
+log = logging.getLogger("vllm.patchkit")
+
+PREFIX = "vllm_patchkit"
+# The gauge's state vocabulary: the record's state, with the flags `status` adds made states of their own.
+STATES = ("applied", "inert", "shadowed", "skipped", "not_applicable", "failed", "refused", "pending")
+_NOT_APPLICABLE = ("unavailable", "unpatched_allowed")  # needed here, but this release cannot apply it
+#: Patch rows (patches x processes) turned into series at most: records are bounded in size
+#: (status.max_record_bytes), and so is what one scrape can add to /metrics.
+MAX_PATCH_ROWS = 20000
+
+
+def state_of(rec: dict, steps: Optional[int], min_steps: int) -> Optional[str]:
+    """One word for a patch in one process; None when the patch is not for that process (as the table hides it)."""
+    state = rec.get("state")
+    if state == "skipped" and rec.get("code") == "process":
+        return None
+    if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
+        return "shadowed"
+    if is_inert(rec, steps, min_steps):
+        return "inert"
+    if state == "skipped" and rec.get("code") in _NOT_APPLICABLE:
+        return "not_applicable"
+    return str(state)
+
+
+def families(run: Optional[Run], min_steps: int = 8) -> list:
+    """The metric families for one run (an empty run: only the exit code, 2, and the run info if known)."""
+    states = GaugeMetricFamily(
+        f"{PREFIX}_patch_state",
+        "Processes of a role in which a patch is in this state (1 per process; absent means 0).",
+        labels=["patch", "version", "set", "role", "required", "state"])
+    calls = CounterMetricFamily(
+        f"{PREFIX}_patch_calls", "Calls of a counted patch, summed over the processes of a role (last flush).",
+        labels=["patch", "role"])
+    steps_total = CounterMetricFamily(
+        f"{PREFIX}_steps", "Engine/worker steps counted by the core step hooks, summed over a role.", labels=["role"])
+    procs = GaugeMetricFamily(f"{PREFIX}_processes", "Processes of the run with a record, by role.", labels=["role"])
+    components = CounterMetricFamily(
+        f"{PREFIX}_component_counts", "Counters of a plugin's own components (not patches; "
+        "vllm_patchkit.runtime.state.count), summed over the processes of a role (last flush).",
+        labels=["source", "name", "role"])
+    info = InfoMetricFamily(f"{PREFIX}_run", "The server run the records belong to.",
+                            labels=["run_id", "vllm_version", "manifest"])
+    code, problems = assess(run, min_steps)
+    exit_code = GaugeMetricFamily(f"{PREFIX}_status_exit_code",
+                                  "Exit code of `vllm-patchkit status` for this run: 0 ok, 1 problems, 2 no records.",
+                                  value=code)
+    n_problems = GaugeMetricFamily(f"{PREFIX}_problems", "Problems behind a non-zero exit code.", value=len(problems))
+    n_warnings = GaugeMetricFamily(f"{PREFIX}_warnings", "Warnings of the run (they never change the exit code).",
+                                   value=len(warnings_of(run)))
+    refused = GaugeMetricFamily(f"{PREFIX}_refused_records",
+                                "Record files of the run not read (a symlink, a FIFO, too large, unknown "
+                                "schema_version...): `vllm-patchkit status` names each.",
+                                value=len(run.refused) if run is not None else 0)
+    if run is None:
+        return [exit_code, n_problems, n_warnings, refused]
+    rows = sum(len(p.get("patches") or []) for p in run.processes)
+    truncated = GaugeMetricFamily(f"{PREFIX}_series_truncated",
+                                  f"1 when the run has more than {MAX_PATCH_ROWS} patch rows and per-patch series "
+                                  "were left out.", value=int(rows > MAX_PATCH_ROWS))
+    state_n: Counter = Counter()
+    call_n: Counter = Counter()
+    step_n: Counter = Counter()
+    role_n: Counter = Counter()
+    comp_n: Counter = Counter()
+    infos = set()
+    run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
+    for proc in run.processes:
+        role = str(proc.get("role"))
+        role_n[role] += 1
+        infos.add((run.run_id, str(proc.get("vllm_version") or ""), str(proc.get("manifest") or "")))
+        if proc.get("steps") is not None:
+            step_n[role] += proc["steps"]
+        steps = proc.get("steps") if proc.get("steps") is not None else run_steps
+        for source, names in (proc.get("counters") or {}).items():
+            for name, n in names.items():
+                comp_n[(str(source), str(name), role)] += int(n)
+        for rec in (proc.get("patches", []) if rows <= MAX_PATCH_ROWS else []):
+            state = state_of(rec, steps, min_steps)
+            if state is None:
+                continue
+            pid, _, version = str(rec.get("patch")).partition("@")
+            state_n[(pid, version, rec.get("patch_set") or "", role, str(bool(rec.get("required"))).lower(),
+                     state)] += 1
+            if rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied":
+                call_n[(pid, role)] += int(rec.get("calls") or 0)
+    for labels, n in sorted(state_n.items()):
+        states.add_metric(list(labels), n)
+    for labels, n in sorted(call_n.items()):
+        calls.add_metric(list(labels), n)
+    for role, n in sorted(step_n.items()):
+        steps_total.add_metric([role], n)
+    for role, n in sorted(role_n.items()):
+        procs.add_metric([role], n)
+    for labels, n in sorted(comp_n.items()):
+        components.add_metric(list(labels), n)
+    for rid, version, manifest in sorted(infos) or [(run.run_id, "", "")]:
+        info.add_metric([rid, version, manifest], {})
+    return [states, calls, steps_total, procs, components, info, exit_code, n_problems, n_warnings, refused,
+            truncated]
+
+
+class PatchStatusCollector(Collector):
+    """Reads one run's records at every scrape; a failed read shows as `vllm_patchkit_scrape_error 1`,
+    never as a failed scrape of vLLM's own metrics."""
+
+    def __init__(self, base: Path, run_id: Optional[str], min_steps: int = 8, gatherer=None):
+        self.base, self.run_id, self.min_steps = Path(base), run_id, min_steps
+        self.gatherer = gatherer  # gather.Gatherer: workers' records as of the last gather (refreshed here)
+        self.last_seconds = 0.0
+
+    def describe(self) -> Iterable:
+        return []  # names vary with the records; nothing to check against other collectors up front
+
+    def collect(self) -> Iterable:
+        t0 = time.perf_counter()
+        try:
+            run = load_run(self.base, self.run_id)
+            if self.gatherer is not None:  # a scrape cannot await: the last answers, and a refresh started
+                run = self.gatherer.apply(run)
+                self.gatherer.refresh_soon()
+            out = families(run, self.min_steps)
+            failed = 0
+        except Exception as exc:  # a scrape of vLLM's metrics must never fail because of ours
+            log.warning("vllm-patchkit: /metrics could not read the records in %s: %s", self.base, exc)
+            out, failed = [], 1
+        self.last_seconds = time.perf_counter() - t0
+        out.append(GaugeMetricFamily(f"{PREFIX}_scrape_error", "1 when the records could not be read at this scrape.",
+                                     value=failed))
+        out.append(GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "Time to read the records at this scrape.",
+                                     value=self.last_seconds))
+        return out
+
+
+_installed: dict[int, PatchStatusCollector] = {}  # id(registry) -> our collector there: one per registry
+
+
+def install(registry, base: Path, run_id: Optional[str], min_steps: int = 8, gatherer=None) -> PatchStatusCollector:
+    """Register the collector on `registry` once; an app built again (tests, restarts in-process) re-points it."""
+    mine = _installed.get(id(registry))
+    if mine is None:
+        mine = _installed[id(registry)] = PatchStatusCollector(base, run_id, min_steps, gatherer)
+        registry.register(mine)
+    else:
+        mine.base, mine.run_id, mine.min_steps, mine.gatherer = Path(base), run_id, min_steps, gatherer
+    return mine

@@ -1,0 +1,169 @@
+"""Records: the outcome of every patch in one process, written where `status` can find them.
+
+One JSON file per process, replaced atomically (temp file + rename), in a
+per-user directory created 0700. Runs are folders named by a run id that the
+first process of a server creates and its children inherit through the
+environment, so records of an older run never mix with a newer one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_patchkit.upstream.files import ensure_dir
+
+STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
+RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
+# 2: state enum, `warning` per patch, `warnings`/`error` per process; 3: state not_imported; 4: how the process
+# ended (`end`, `end_signal`, `ended_at`), its identity (`hostname`, `boot_id`, `start_ticks`) and the front end's
+# `shutdown` (a clean stop of the run: the signal and which processes of the run were alive then)
+SCHEMA_VERSION = 4
+
+
+class State(str, Enum):
+    """What happened to a patch in one process (a str, so records compare with plain strings)."""
+
+    applied = "applied"
+    skipped = "skipped"
+    failed = "failed"
+    refused = "refused"
+    pending = "pending"
+    # needed here and verifiable, but its target module was never imported in this process, so the code
+    # it changes never ran here; it is applied (and verified) the moment that module is imported (lazy.py)
+    not_imported = "not_imported"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+APPLIED, SKIPPED, FAILED, REFUSED, PENDING = State.applied, State.skipped, State.failed, State.refused, State.pending
+NOT_IMPORTED = State.not_imported
+
+
+class _Record(BaseModel):
+    # Records are mutated in place by the loader (no validation per assignment: the hot path is
+    # a counter copy); they are validated when read back, by this same code.
+    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+
+
+class PatchRecord(_Record):
+    """What happened to one patch in one process, with the evidence."""
+
+    patch: str  # id@version
+    patch_set: Optional[str] = None  # the name of the patch set it came from (see patchsets.py)
+    kind: str
+    required: bool
+    stage: str
+    target: Optional[str] = None
+    state: State = State.pending
+    code: Optional[str] = None  # machine-readable cause: precondition, fingerprint, conflict, unavailable, ...
+    reason: str = ""
+    expected: Any = None
+    found: Any = None
+    findings: list[dict] = Field(default_factory=list)
+    expected_calls: str = "never_counted"
+    calls: int = 0
+    detail: dict = Field(default_factory=dict)
+    warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, ...)
+    at: float = 0.0
+
+    def set(self, state: str, code: Optional[str] = None, reason: str = "", expected: Any = None, found: Any = None):
+        self.state, self.code, self.reason, self.expected, self.found = State(state), code, reason, expected, found
+        self.at = time.time()
+        return self
+
+
+class ProcessRecord(_Record):
+    """One process's records; one JSON file per process (see module docstring)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    role: str
+    pid: int
+    ppid: int
+    vllm_version: str
+    manifest: Optional[str] = None
+    started: float
+    updated: float = 0.0
+    config: dict = Field(default_factory=dict)
+    steps: Optional[int] = None  # calls of this process's step-counting core patch, if any
+    exited: bool = False  # True once the last flush ran at interpreter exit
+    # identity, to tell this process from a later one with the same pid (written by the plugin's flusher;
+    # None in records of loaders made by hand, whose end is then not judged): /proc/<pid>/stat starttime
+    hostname: Optional[str] = None
+    boot_id: Optional[str] = None
+    start_ticks: Optional[int] = None
+    # how it ended: None (not written: running, or gone without a word), "clean" (the exit flush ran),
+    # "signal" (a signal handler noted `end_signal` and the exit flush never ran)
+    end: Optional[str] = None
+    end_signal: Optional[int] = None  # the signal noted (kept after a clean exit that followed it)
+    ended_at: Optional[float] = None
+    # front end only: a requested stop of the server (SIGTERM/SIGINT): {"signal", "at", "alive": [pids of the run
+    # alive at that moment]}; processes that vanish after it were stopped with the run, not crashed
+    shutdown: Optional[dict] = None
+    patches: list[PatchRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # process-level: no manifest pins this release, nearest used
+    error: Optional[str] = None  # why start-up stopped here (declaration error, refusal, required failure)
+    # counters of a plugin's own components that are not patches (its copier, a stand-in executor):
+    # source -> name -> count, added with `vllm_patchkit.runtime.state.count`
+    counters: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""
+        return self.model_dump(mode="json", fallback=str)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProcessRecord":
+        """Read a record file's content back (raises pydantic.ValidationError on a malformed one)."""
+        return cls.model_validate(data)
+
+
+def default_status_dir() -> Path:
+    """$VLLM_PATCHKIT_STATUS_DIR, else $XDG_RUNTIME_DIR/vllm-patchkit, else ~/.cache/vllm-patchkit/status."""
+    env = os.environ.get(STATUS_DIR_ENV)
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "vllm-patchkit"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "vllm-patchkit" / "status"
+
+
+def run_id() -> str:
+    """This server run's id: inherited from the parent process, or made here (and exported)."""
+    rid = os.environ.get(RUN_ID_ENV)
+    if not rid:
+        rid = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        os.environ[RUN_ID_ENV] = rid
+    return rid
+
+
+def write_atomic(path: Path, data: dict) -> None:
+    """Write JSON so a reader sees the old file or the new one, never a torn one."""
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def process_file(base: Path, rec: ProcessRecord) -> Path:
+    return base / rec.run_id / f"{rec.role}-{rec.pid}.json"

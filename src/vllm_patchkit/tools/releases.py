@@ -1,0 +1,201 @@
+"""Releases: where a vLLM release is read from — the installed one (live, by import) or a wheel / tree (static)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional, Protocol, Union
+
+from packaging.version import InvalidVersion, Version
+
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.tools.live import note_import
+from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.static import DirSource, StaticRelease
+from vllm_patchkit.tools.static_copies import holders
+from vllm_patchkit.upstream.installed import installed_root, installed_version
+from vllm_patchkit.upstream.targets import TargetError, resolve, resolve_through_mro
+
+WHEEL_CACHE_ENV = "VLLM_PATCHKIT_WHEEL_CACHE"
+
+
+# -- releases -----------------------------------------------------------------------------------
+class Release(Protocol):
+    label: str
+
+    def version(self) -> Optional[str]: ...
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]: ...
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]: ...
+
+    def probe_root(self) -> Any: ...
+
+    def definition(self, spec: str) -> Optional[Any]: ...
+
+    def holders(self, spec: str) -> list[str]: ...
+
+
+class LiveRelease:
+    """The installed vLLM, read by import (what the loader will see)."""
+
+    def __init__(self) -> None:
+        root = installed_root()
+        if root is None:
+            raise ReleaseError("vLLM is not installed: pass --source WHEEL_OR_DIR")
+        self._root = root
+        self._version = installed_version()
+        self._static: Optional[StaticRelease] = None
+        self.label = f"installed vLLM {self._version} (by import, {root / 'vllm'})"
+
+    def version(self) -> Optional[str]:
+        return self._version
+
+    def static(self) -> StaticRelease:
+        """The same installed tree read statically: used to say where a missing target went."""
+        if self._static is None:
+            self._static = StaticRelease(DirSource(self._root), self._version)
+        return self._static
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
+        note_import(spec.partition(":")[0])
+        try:
+            place = resolve(spec)
+        except TargetError as exc:
+            if "cannot be imported" in str(exc) and self.static().module(spec.partition(":")[0]) is not None:
+                return Missing(spec, str(exc), unreadable=True)
+            base = _live_definer(spec)
+            if base is not None:  # what the loader sees: the class has it, through its MRO
+                return Missing(spec, str(exc), (base,), inherited_from=base)
+            st = self.static().lookup(spec)  # the same tree read statically says where it went
+            return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
+        raw = place.get_raw()
+        f = fp.live(raw, place.owner_is_class, with_digest, with_value=True)
+        layers = fp.wrapper_layers(raw)
+        return f.model_copy(update={"wrappers": layers}) if layers else f
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]:
+        try:
+            obj = fp.innermost(resolve(spec).get_raw())
+        except TargetError:
+            return None
+        label = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+        return id(obj), label
+
+    def probe_root(self) -> Path:
+        return self._root
+
+    def definition(self, spec: str) -> Optional[Any]:
+        """The parsed definition `spec` names (its source, read statically): for diffs of copied bodies."""
+        d = self.static().resolve(spec)
+        return None if isinstance(d, Missing) else d.node
+
+    def holders(self, spec: str) -> list[str]:
+        """The modules holding the function `spec` by value (read statically: `static_copies.py`)."""
+        return holders(self.static(), spec)
+
+
+def _live_definer(spec: str) -> Optional[str]:
+    """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
+    try:
+        importlib.import_module(spec.partition(":")[0])
+    except Exception:
+        return None
+    place = resolve_through_mro(spec)
+    return None if place is None else place.definer
+
+
+class StaticView:
+    """A StaticRelease seen through the Release protocol."""
+
+    def __init__(self, release: StaticRelease):
+        self.release = release
+        self.label = f"vLLM {release.version()} (static, {release.label})"
+
+    def version(self) -> Optional[str]:
+        return self.release.version()
+
+    def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
+        return self.release.lookup(spec, with_digest)
+
+    def identity(self, spec: str) -> Optional[tuple[Any, str]]:
+        d = self.release.resolve(spec)
+        return None if isinstance(d, Missing) else (d.where, d.where)
+
+    def probe_root(self) -> Any:
+        return self.release.source.root()
+
+    def definition(self, spec: str) -> Optional[Any]:
+        """The parsed definition (`ast` node) `spec` names in this release, or None."""
+        d = self.release.resolve(spec)
+        return None if isinstance(d, Missing) else d.node
+
+    def holders(self, spec: str) -> list[str]:
+        """The modules holding the function `spec` by value (`static_copies.py`)."""
+        return holders(self.release, spec)
+
+
+def installed_static() -> "StaticView":
+    """The installed vLLM read statically, like a wheel: nothing of it is imported, so a target in another
+    platform's module (vllm.platforms.rocm imports vllm._C, which aborts the process on some CPUs) is read
+    like any other, and the check costs what a wheel's does."""
+    root = installed_root()
+    if root is None:
+        raise ReleaseError("vLLM is not installed: pass --source WHEEL_OR_DIR or --vllm VERSION (read from its wheel)")
+    view = StaticView(StaticRelease(DirSource(root), installed_version()))
+    view.label = f"installed vLLM {view.version()} (static, {root / 'vllm'})"
+    return view
+
+
+class ReleaseError(RuntimeError):
+    """The release to check cannot be opened (not installed, no wheel, unknown version)."""
+
+
+def wheel_cache() -> Path:
+    """$VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels (where scripts/fetch_wheels.sh puts them)."""
+    env = os.environ.get(WHEEL_CACHE_ENV)
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-patchkit" / "wheels"
+
+
+def cached_wheel(version: str, cache: Optional[Union[str, Path]] = None) -> Optional[Path]:
+    """`vllm-VERSION-*.whl` in the wheel cache, if there."""
+    folder = Path(cache) if cache else wheel_cache()
+    hits = sorted(folder.glob(f"vllm-{version}-*.whl")) if folder.is_dir() else []
+    return hits[0] if hits else None
+
+
+def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] = None, *,
+                 live: bool = False) -> Release:
+    """The release to pin or check: a given source; else the installed vLLM if it is that
+    version (or no version was asked for), read statically from its folder like a wheel (`live`: by
+    import, which only a child process may do: `live.py`); else the version's wheel from the wheel cache."""
+    if source is not None:
+        rel = StaticRelease.open(source)
+        found = rel.version()
+        if vllm and found and _v(found) != _v(vllm):
+            raise ReleaseError(f"{source} is vLLM {found}, not {vllm}")
+        if not (vllm or found):
+            raise ReleaseError(f"cannot read the vLLM version of {source}: pass --vllm VERSION")
+        rel._version = vllm or found
+        return StaticView(rel)
+    installed = installed_version() if installed_root() is not None else None
+    if vllm is None or (installed and _v(installed) == _v(vllm)):
+        if live:
+            return LiveRelease()
+        return installed_static()
+    wheel = cached_wheel(vllm)
+    if wheel is not None:
+        return open_release(vllm, wheel)
+    raise ReleaseError(
+        f"vLLM {vllm} is not installed (installed: {installed or 'none'}) and no wheel for it is in "
+        f"{wheel_cache()} (${WHEEL_CACHE_ENV}): pass --source WHEEL_OR_DIR, or fetch it with scripts/fetch_wheels.sh {vllm}")
+
+
+def _v(s: str) -> Version:
+    try:
+        return Version(s)
+    except InvalidVersion:
+        raise ReleaseError(f"not a release version: {s!r}") from None

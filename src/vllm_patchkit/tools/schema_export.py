@@ -1,0 +1,22 @@
+"""Write the JSON Schemas generated from the pydantic models (committed, for editors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from vllm_patchkit.declaration.schema import json_schemas
+
+HERE = Path(__file__).resolve().parent.parent / "json_schema"
+
+
+def write_schemas(out: Optional[Path] = None) -> list[Path]:
+    out = out or HERE
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, schema in json_schemas().items():
+        path = out / f"{name}.schema.json"
+        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        paths.append(path)
+    return paths

@@ -1,0 +1,120 @@
+"""What a place held before any patch, and how many of our layers stand there now.
+
+Originals are captured by an import hook at the moment each watched module
+finishes executing, so a case that imports its targets only after the loader
+ran ("import-after") is still checked by identity, without importing anything
+early. Runs inside the harness's forked children only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+MARK = "__vllm_patchkit__"
+
+
+class ImportSnapshot:
+    """A meta-path hook recording, for watched `module:Qualname` places, the object each held
+    right after its module executed (or now, for modules already imported), and who imported it."""
+
+    def __init__(self, specs):
+        self.by_module: dict[str, list[str]] = {}
+        for s in specs:
+            self.by_module.setdefault(s.partition(":")[0], []).append(s)
+        self.originals: dict[str, Any] = {}
+        self.imported_by: dict[str, str] = {}
+        for mod in self.by_module:
+            if mod in sys.modules:
+                self._record(mod, "before the hook")
+
+    def _record(self, mod: str, who: str) -> None:
+        from vllm_patchkit.upstream.targets import TargetError, resolve
+
+        self.imported_by.setdefault(mod, who)
+        for spec in self.by_module[mod]:
+            try:
+                self.originals.setdefault(spec, resolve(spec, import_module=False).get_raw())
+            except TargetError:
+                self.originals.setdefault(spec, None)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.by_module:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        real = spec.loader.exec_module
+        snapshot = self
+
+        def exec_module(module):
+            real(module)
+            snapshot._record(name, _importer())
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+    def install(self) -> "ImportSnapshot":
+        sys.meta_path.insert(0, self)
+        return self
+
+
+def _importer() -> str:
+    """Who caused the import: the first frame outside importlib and the harness, and the
+    framework frame further out when the framework started it ("... <- vllm_patchkit/...")."""
+    frame, first = sys._getframe(2), None
+    harness = f"{os.sep}vllm_patchkit{os.sep}testing{os.sep}"
+    while frame is not None:
+        f = frame.f_code.co_filename
+        where = f"{Path(f).parent.name}/{Path(f).name}:{frame.f_code.co_name}"
+        if not ("importlib" in f or harness in f or f.startswith("<frozen")):
+            first = first or where
+            if f"{os.sep}vllm_patchkit{os.sep}" in f:
+                return first if first == where else f"{first} <- {where}"
+        frame = frame.f_back
+    return first or "?"
+
+
+class Checks:
+    """The checks of one case, in order: step, name, ok, detail (JSON-safe), a short code."""
+
+    def __init__(self):
+        self.items: list[dict] = []
+        self.step = ""
+
+    def __call__(self, ok: bool, name: str, detail: Any = "", code: str = "") -> bool:
+        self.items.append({"step": self.step, "name": name, "ok": bool(ok), "detail": _plain(detail),
+                           "code": code or name})
+        return ok
+
+
+def _plain(x):
+    try:
+        json.dumps(x)
+        return x
+    except TypeError:
+        return repr(x)[:400]
+
+
+def func(raw):
+    """The function behind a staticmethod / classmethod, or the object itself."""
+    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+
+
+def layers(raw) -> int:
+    """How many of our wrapper layers stand at a place (following `__wrapped__`)."""
+    f, n, seen = func(raw), 0, set()
+    while f is not None and id(f) not in seen:
+        seen.add(id(f))
+        if MARK in getattr(f, "__dict__", {}):
+            n += 1
+        f = getattr(f, "__wrapped__", None)
+    return n

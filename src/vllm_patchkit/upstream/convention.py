@@ -1,0 +1,370 @@
+"""Convention: the implementation must take the calls vLLM makes, in the shape its kind promises.
+
+A `wrap` implementation is called `impl(wrapped, instance, args, kwargs[, ctx])`
+(wrapt's vocabulary): vLLM's arguments arrive as one tuple and one dict, so any
+call vLLM makes fits, and what is judged is the shape (4 or 5 positional
+parameters) and the parameters the patch declares it reads (`params:`), each of
+which must be a parameter of the target's pinned signature. A `replace`
+implementation is called exactly like the target, `impl(*args, **kwargs)`: a
+replacement written against the wrong signature (a parameter renamed, dropped,
+reordered or made required) breaks only when vLLM makes the call it rejects — a
+keyword call from another rank, a call that leaves out a defaulted argument —
+long after the loader said "applied", so all its parameters are compared with
+the pinned signature.
+
+Every mismatch is one `Problem` value (code, parameter, message); `verify`
+turns them into a `convention` finding, and `problems_for` serves the `check`
+command.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+POSONLY, POSKW, VARPOS, KWONLY, VARKW = (
+    "positional-only", "positional-or-keyword", "var-positional", "keyword-only", "var-keyword")
+
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: POSONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: POSKW,
+    inspect.Parameter.VAR_POSITIONAL: VARPOS,
+    inspect.Parameter.KEYWORD_ONLY: KWONLY,
+    inspect.Parameter.VAR_KEYWORD: VARKW,
+}
+
+# problem codes, in the words of the rule each one breaks
+CODES = {
+    "shape": "a wrap implementation must take (wrapped, instance, args, kwargs[, ctx]) positionally",
+    "unknown_param": "a parameter declared in `params` is not a parameter of the target",
+    "dropped": "a target parameter is not accepted at all",
+    "renamed": "a target parameter is taken under another name (keyword callers break)",
+    "reordered": "a position holds another parameter than the target's (positional callers bind the wrong argument)",
+    "made_required": "a parameter the target defaults is required",
+    "not_by_keyword": "a target parameter is not accepted by keyword",
+    "not_positional": "a target parameter is not accepted positionally",
+    "keyword_only": "a positional target parameter is keyword-only in the implementation",
+    "kwonly_not_accepted": "a keyword-only target parameter is not accepted",
+    "no_varargs": "the target takes *args, the implementation does not",
+    "no_varkw": "the target takes **kwargs, the implementation does not",
+    "extra_required": "the implementation requires a parameter the target does not have",
+    "extra_positional": "an extra implementation parameter would catch the target's extra positional arguments",
+    "implementation": "the implementation cannot be loaded or is not callable",
+    "constructed": "a subclass __init__ rejects a construction vLLM makes (judged at vLLM's call sites)",
+    "implementation_missing": "the implementation's module is not on this Python's path (not installed here: `check` "
+                              "reports it as implementation_unimportable for a set installed where it runs)",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One call vLLM can make to the target that the implementation would reject (or bind wrongly)."""
+
+    code: str
+    parameter: Optional[str]
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _signatures():
+    """The signature parser (`sigdiff.parse_signature`, `Param`), imported when a convention is first judged."""
+    from vllm_patchkit.upstream import sigdiff
+
+    return sigdiff
+
+
+def signature_text(impl: Any) -> Optional[str]:
+    """`(wrapped, instance, args, kwargs, ctx)`: the implementation's signature without annotations."""
+    try:
+        sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
+    except (TypeError, ValueError):
+        return None
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=inspect.Signature.empty))
+
+
+def _label(impl: Any) -> str:
+    module = getattr(impl, "__module__", None)
+    qual = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None)
+    if module and qual:
+        return f"{module}:{qual}"
+    return repr(impl)[:80]
+
+
+def _params(sig: inspect.Signature) -> list:
+    Param = _signatures().Param
+    out, pos = [], 0
+    for p in sig.parameters.values():
+        kind = _KINDS[p.kind]
+        default = None if p.default is p.empty else repr(p.default)
+        if kind in (POSONLY, POSKW):
+            out.append(Param(p.name, kind, default, pos))
+            pos += 1
+        else:
+            out.append(Param(p.name, kind, default, None))
+    return out
+
+
+def wrap_takes_context(impl: Any) -> Optional[bool]:
+    """The shape of a wrap implementation: False for `(wrapped, instance, args, kwargs)`, True with a 5th
+    `ctx`; None when it cannot be called that way (or its signature cannot be read)."""
+    try:
+        sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
+    except (TypeError, ValueError):
+        return None
+    P = inspect.Parameter
+    positional = [p for p in sig.parameters.values() if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == P.VAR_POSITIONAL for p in sig.parameters.values()):
+        return None
+    if any(p.kind == P.KEYWORD_ONLY and p.default is p.empty for p in sig.parameters.values()):
+        return None
+    return {4: False, 5: True}.get(len(positional))
+
+
+def _forwards_everything(sig: inspect.Signature) -> bool:
+    """`(*args, **kwargs)`: a replacement that takes any call."""
+    P = inspect.Parameter
+    return [p.kind for p in sig.parameters.values()] == [P.VAR_POSITIONAL, P.VAR_KEYWORD]
+
+
+def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, params: tuple, patch: Optional[str],
+                   target_kind: Optional[str]) -> list[Problem]:
+    """A wrap: the 4/5-parameter shape, and every declared param a parameter of the target."""
+    out = []
+    if wrap_takes_context(sig) is None:
+        out.append(Problem("shape", None,
+                           f"{who} cannot be called as impl(wrapped, instance, args, kwargs) or impl(wrapped, instance, "
+                           f"args, kwargs, ctx): a wrap takes exactly 4 positional parameters, or 5 to get the "
+                           f"context; its signature is {signature_text(sig)}"))
+    if params:
+        target = _signatures().parse_signature(target_signature)
+        if target is None:
+            return out
+        names = [p.name for p in target if p.kind not in (VARPOS, VARKW)]
+        first = target[0] if target and target[0].positional else None
+        if first is not None and (target_kind in ("method", "classmethod") or (
+                target_kind not in ("function", "staticmethod") and first.name in ("self", "cls"))):
+            names = [n for n in names if n != first.name]  # the instance: `instance`, never a declared parameter
+        for name in params:
+            if name not in names:
+                out.append(Problem("unknown_param", name,
+                                   f"patch {patch or '?'} declares parameter '{name}' in `params`, but the target's "
+                                   f"signature {target_signature} has no such parameter"
+                                   + (" (the instance is `instance`, not a parameter)"
+                                      if target and name == target[0].name else "")))
+    return out
+
+
+def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind: str = "wrap",
+             name: Optional[str] = None, target_kind: Optional[str] = None, params: Union[tuple, list] = (),
+             patch: Optional[str] = None) -> list[Problem]:
+    """Every way the implementation would reject (or misbind) a call the target accepts.
+
+    `impl`: the implementation callable, or its `inspect.Signature`; `kind`: "wrap" (called as
+    impl(wrapped, instance, args, kwargs[, ctx])) or "replace" (impl(*args, **kwargs)); `name`: how
+    messages name it (`module:qualname`); `target_kind`: the pinned kind ("method"/"classmethod": the
+    first parameter is bound by Python, never passed by keyword); `params`: a wrap's declared parameters,
+    `patch`: its key (messages name it). An empty list: it fits. A signature that cannot be read or
+    parsed is not judged (empty list).
+    """
+    if not target_signature:
+        return []
+    try:
+        sig = impl if isinstance(impl, inspect.Signature) else inspect.signature(impl)
+    except (TypeError, ValueError):
+        return []
+    who = f"implementation {name or _label(impl)}"
+    if kind == "wrap":
+        return _wrap_problems(who, sig, target_signature, tuple(params), patch, target_kind)
+    if _forwards_everything(sig):
+        return []  # fits any target; and the plugin's start-up need not load the signature parser
+    target = _signatures().parse_signature(target_signature)
+    if target is None:
+        return []
+    return _compare(who, target, _params(sig), target_kind)
+
+
+def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Problem]:
+    out: list[Problem] = []
+    add = lambda code, param, msg: out.append(Problem(code, param, f"{who} {msg}"))  # noqa: E731
+    t_pos = [p for p in target if p.positional]
+    t_names = {p.name for p in target if p.kind not in (VARPOS, VARKW)}
+    t_var = next((p for p in target if p.kind == VARPOS), None)
+    i_pos = [q for q in impl if q.positional]
+    i_var = next((q for q in impl if q.kind == VARPOS), None)
+    i_varkw = next((q for q in impl if q.kind == VARKW), None)
+    i_named = {q.name: q for q in impl if q.kind not in (VARPOS, VARKW)}
+    i_by_kw = {q.name: q for q in impl if q.kind in (POSKW, KWONLY)}
+    if target_kind is not None:
+        bound_first = target_kind in ("method", "classmethod")
+    else:
+        bound_first = bool(t_pos) and t_pos[0].name in ("self", "cls")
+    first = t_pos[0].name if bound_first and t_pos else None
+    renamed_to: set[str] = set()  # implementation names reported as a target parameter's new name
+    misplaced: set[str] = set()  # implementation names reported at another parameter's position
+    reordered: set[str] = set()  # target names whose position another implementation parameter holds
+
+    def default_of(p) -> str:
+        return f", default {p.default}" if p.default is not None else ""
+
+    for p in target:
+        if p.kind == VARPOS:
+            if i_var is None:
+                add("no_varargs", p.name,
+                    f"has no *args where the target has *{p.name}: vLLM's call with more than {len(t_pos)} "
+                    "positional arguments raises TypeError")
+            continue
+        if p.kind == VARKW:
+            if i_varkw is None:
+                add("no_varkw", p.name,
+                    f"has no **kwargs where the target has **{p.name}: vLLM's call with any other keyword "
+                    "argument raises TypeError")
+            continue
+        by_kw = i_by_kw.get(p.name)
+        if p.kind == KWONLY:
+            if by_kw is None and (i_varkw is None or p.name in i_named):  # (a positional-only namesake is missed)
+                add("kwonly_not_accepted", p.name,
+                    f"does not accept keyword-only parameter '{p.name}' (the target takes it by keyword"
+                    f"{default_of(p)}): vLLM's keyword call raises TypeError")
+            elif by_kw is not None and p.default is not None and by_kw.default is None:
+                add("made_required", p.name,
+                    f"makes parameter '{p.name}' required (the target's default is {p.default}): vLLM's call "
+                    "without it raises TypeError")
+            continue
+        # a positional target parameter: passed at its position, or (positional-or-keyword) by name
+        i = p.position
+        slot = i_pos[i] if i < len(i_pos) else None
+        by_keyword = p.kind == POSKW and p.name != first
+        renamed = (slot is not None and slot.name != p.name and slot.name not in t_names
+                   and p.name not in i_named and p.kind == POSKW)
+        if renamed:
+            renamed_to.add(slot.name)
+            if i_varkw is None:
+                why = f"vLLM's keyword call {p.name}=... raises TypeError"
+            else:
+                left = "unset (TypeError)" if slot.default is None else f"at its default {slot.default}"
+                why = f"vLLM's keyword call {p.name}=... lands in **{i_varkw.name} and leaves '{slot.name}' {left}"
+            add("renamed", p.name, f"renamed parameter '{p.name}' to '{slot.name}' (position {i}): {why}")
+            if p.default is not None and slot.default is None and p.name != first:
+                add("made_required", p.name,
+                    f"makes parameter '{p.name}' required (as '{slot.name}'; the target's default is {p.default}): "
+                    "vLLM's call without it raises TypeError")
+            continue
+        if p.kind == POSONLY and slot is not None and slot.name != p.name and slot.name not in t_names:
+            renamed_to.add(slot.name)  # callers cannot name a positional-only parameter: any name takes it
+            if p.default is not None and slot.default is None and p.name != first:
+                add("made_required", p.name,
+                    f"makes parameter '{p.name}' required (as '{slot.name}'; the target's default is {p.default}): "
+                    "vLLM's call without it raises TypeError")
+            continue
+        if p.name not in i_named and i_var is None and i_varkw is None:
+            add("dropped", p.name,
+                f"does not accept parameter '{p.name}' (the target takes it at position {i}{default_of(p)}): "
+                "vLLM's call passing it raises TypeError")
+        if slot is not None and slot.name != p.name and (p.kind == POSKW or slot.name in t_names):
+            misplaced.add(slot.name)
+            reordered.add(p.name)
+            add("reordered", p.name,
+                f"takes '{slot.name}' at position {i} where the target takes '{p.name}': vLLM's positional call "
+                f"binds the value of '{p.name}' to '{slot.name}'")
+        elif slot is None and p.name not in misplaced:
+            mine = i_named.get(p.name)
+            if i_var is not None:
+                if mine is not None and mine.kind == KWONLY:
+                    left = "unset (TypeError)" if mine.default is None else f"at its default {mine.default}"
+                    add("keyword_only", p.name,
+                        f"takes parameter '{p.name}' keyword-only where the target takes it at position {i}: "
+                        f"vLLM's positional call puts it in *{i_var.name} and leaves '{p.name}' {left}")
+            elif mine is not None or i_varkw is not None:
+                add("not_positional", p.name,
+                    f"does not accept parameter '{p.name}' positionally (the target takes it at position {i}"
+                    f"{default_of(p)}): vLLM's positional call raises TypeError")
+        if by_keyword and by_kw is None and (p.name in i_named or (i_varkw is None and i_var is not None)):
+            # positional-only in the implementation (a keyword call misses it, even with **kwargs),
+            # or only reachable through its *args ("dropped" said the rest)
+            add("not_by_keyword", p.name,
+                f"does not accept parameter '{p.name}' by keyword (the target takes it{default_of(p)}): "
+                "vLLM's keyword call raises TypeError")
+        receiver = by_kw if by_kw is not None else (slot if slot is not None and slot.name == p.name else None)
+        if receiver is not None and p.default is not None and receiver.default is None and p.name != first:
+            add("made_required", p.name,
+                f"makes parameter '{p.name}' required (the target's default is {p.default}): vLLM's call "
+                "without it raises TypeError")
+    t_by_name = {p.name: p for p in target if p.kind not in (VARPOS, VARKW)}
+    for q in impl:
+        if q.kind in (VARPOS, VARKW):
+            continue
+        t = t_by_name.get(q.name)
+        said = q.name in misplaced or q.name in renamed_to or q.name in reordered
+        if (t is not None and q.positional and t.positional and q.position != t.position and not said
+                and (q.default is None or t.kind == POSKW)):
+            said = True
+            add("reordered", q.name,
+                f"takes '{q.name}' at position {q.position} where the target takes it at position {t.position}: "
+                f"vLLM's positional call binds another argument to '{q.name}'")
+        if t is None and q.name not in renamed_to and q.default is None:
+            said = True
+            when = ("a call that does not pass it raises TypeError" if any(p.kind == VARKW for p in target)
+                    else "every call raises TypeError")
+            add("extra_required", q.name,
+                f"requires parameter '{q.name}', which the target does not have: vLLM never passes it, so {when}")
+        if not said and t_var is not None and q.positional and q.position >= len(t_pos):
+            add("extra_positional", q.name,
+                f"takes '{q.name}' at position {q.position}, where the target collects extra positional arguments "
+                f"in *{t_var.name}: vLLM's extra positional argument binds to '{q.name}'")
+    return out
+
+
+def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None,
+                 static: bool = True) -> list[Problem]:
+    """The convention problems of a patch's implementation against its target's signature (for `check`, `pin`).
+
+    Empty for a patch with no implementation (a verbatim passthrough), a kind other than wrap/replace,
+    or no signature to compare with. `static` (the default: `check` and `pin`): the implementation is read
+    from its source (`impl_static.py`), never imported — its module may import vLLM, or worse; a module
+    that is not on this Python's path is one `implementation_missing` problem, one that cannot be read or
+    parsed, a name it does not define, or a value that is not callable one `implementation` problem. A
+    name bound by code that runs at import (no readable signature) is not judged. `static=False`: imported
+    (what the loader does at start-up, inside vLLM).
+    """
+    from vllm_patchkit.declaration.schema import Kind
+
+    if patch.kind not in (Kind.wrap, Kind.replace) or patch.implementation is None or not target_signature:
+        return []
+    if static:
+        from vllm_patchkit.upstream import impl_static
+
+        try:
+            d = impl_static.read(patch.implementation)
+            sig = impl_static.call_signature(d)
+        except impl_static.ImplUnreadable as exc:
+            return [Problem("implementation_missing" if exc.missing else "implementation", None, str(exc))]
+        if d.callable is False or d.kind == "module":
+            return [Problem("implementation", None, f"implementation {patch.implementation} is not callable "
+                                                    f"({'a module' if d.kind == 'module' else 'a literal value'})")]
+        if sig is None:
+            return []
+        return problems(sig, target_signature, kind=patch.kind.value, name=patch.implementation,
+                        target_kind=target_kind, params=patch.params, patch=patch.key)
+    from vllm_patchkit.upstream.targets import TargetError, load_object
+
+    try:
+        impl = load_object(patch.implementation)
+    except TargetError as exc:
+        return [Problem("implementation", None, f"implementation {patch.implementation}: {exc}")]
+    if not callable(impl):
+        return [Problem("implementation", None,
+                        f"implementation {patch.implementation} is not callable ({type(impl).__name__})")]
+    return problems(impl, target_signature, kind=patch.kind.value, name=patch.implementation, target_kind=target_kind,
+                    params=patch.params, patch=patch.key)
+
+
+def reason(found: list[Problem]) -> str:
+    """One line for a record: the first problem first, every other one after it."""
+    return "; ".join(p.message for p in found)
+
+
+__all__ = ["CODES", "Problem", "problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]

@@ -1,0 +1,52 @@
+"""A live place against its pin: the one comparison the loader runs in every process (verify, subclass) and whose
+words `check` and `pin` share (a difference is explained per parameter by sigdiff and judged for the patch by
+compat)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from vllm_patchkit.declaration.schema import Fingerprint, Patch
+
+
+@dataclass
+class Finding:
+    code: str
+    reason: str
+    expected: Any = None
+    found: Any = None
+    breakages: list = field(default_factory=list)  # the same `Breakage` values `check` reports, when there are any
+
+
+def compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,
+             patch: Optional[Patch] = None) -> Optional[Finding]:
+    for name in ("kind", "signature", "source_digest", "value_digest"):
+        want, got = getattr(pin, name), getattr(live, name)
+        if name in ("source_digest", "value_digest") and want is None:
+            continue
+        if want != got:
+            if name == "value_digest":
+                now = repr(value)
+                now = now if len(now) <= 80 else now[:77] + "..."
+                return Finding("fingerprint", f"{spec}: value changed since it was pinned (now {now})", want, got)
+            # the words `check` uses: one Breakage per difference, explained per parameter
+            # (decorator layers are judged separately, as conflicts); imported here, on a mismatch only: it
+            # brings the static reader along (~5 ms at every process's start-up otherwise)
+            from vllm_patchkit.upstream.sigdiff import compare as diff_pins
+
+            found = diff_pins(patch.key if patch else "", spec, pin.model_copy(update={"wrappers": []}),
+                              live.model_copy(update={"wrappers": []}))
+            if patch is not None:  # judged for this patch, in the words `check` and `pin` use
+                from vllm_patchkit.upstream.compat import judge_all
+
+                found = judge_all(patch, found)
+                reason = "; ".join(f"{b.explain()} ({b.verdict()})" for b in found)
+                if found and not any(b.breaking for b in found):
+                    reason += ("; every difference is compatible for this patch, but pins are compared exactly: "
+                               "re-pin the release (`vllm-patchkit pin`)")
+            else:
+                reason = "; ".join(b.explain() for b in found)
+            reason = reason or f"{spec}: {name} differs from the pin"
+            return Finding("fingerprint", reason, want, got, found)
+    return None

@@ -1,0 +1,67 @@
+"""Build small patch sets and manifests on disk, the way a plugin author would write them."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.declaration.declare import load_patch_set
+from vllm_patchkit.runtime.loader import Loader
+from vllm_patchkit.declaration.manifest import load_manifests
+from vllm_patchkit.upstream.targets import resolve
+
+BASE = dict(
+    version=1,
+    summary="test patch",
+    why="exercise the loader",
+    upstream="none: test",
+    retire_when={"manual": "test"},
+    required=False,
+)
+
+
+def patch_doc(**fields) -> dict:
+    return {**BASE, **fields}
+
+
+def write_patch(folder: Path, name: str, doc: dict | str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def live_pin(spec: str) -> dict:
+    place = resolve(spec)
+    raw = place.get_raw()
+    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": fp.wrapper_layers(raw)})
+    return f.model_dump(exclude_none=True)
+
+
+def write_manifest(folder: Path, entries: list[dict], version: str = "0.31.0") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"vllm-{version}.yaml"
+    path.write_text(yaml.safe_dump({"vllm": version, "generated_by": "test", "patches": entries}, sort_keys=False))
+    return path
+
+
+def pinned_entry(key: str, *specs: str) -> dict:
+    return {"patch": key, "targets": {s: live_pin(s) for s in specs}}
+
+
+def make_loader(tmp: Path, docs: dict[str, dict], entries: list[dict], role: str = "frontend", **kw) -> Loader:
+    pdir, mdir = tmp / "patches", tmp / "manifests"
+    for name, doc in docs.items():
+        write_patch(pdir, name, doc)
+    write_manifest(mdir, entries)
+    ps = load_patch_set([pdir])
+    ms = load_manifests([mdir], ps)
+    kw.setdefault("vllm_version", "0.31.0")
+    return Loader(ps, ms, role=role, status_dir=tmp / "status", **kw)
+
+
+def write_module(tmp: Path, name: str, source: str) -> None:
+    (tmp / f"{name}.py").write_text(textwrap.dedent(source))

@@ -1,0 +1,178 @@
+"""Start-up caches (cache.py): reused while what they depend on is unchanged, recomputed on any change, and
+never trusted when corrupt or not this user's."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from vllm_patchkit.upstream import cache
+from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.runtime.loader import Loader
+
+from .helpers import patch_doc, write_patch
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(folder))
+    monkeypatch.setattr(fp, "_fp_cache", None)
+    return folder
+
+
+def _count(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*a, **kw):
+        calls.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+# -- live fingerprints ----------------------------------------------------------------------------------------------
+def test_live_fingerprint_is_computed_once_then_read_from_the_cache(cache_dir, monkeypatch):
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+
+    first = fp.live(get_kv_cache_configs, False, with_digest=True)
+    assert (cache_dir / "fingerprints.json").is_file()
+    assert oct((cache_dir / "fingerprints.json").stat().st_mode & 0o777) == "0o600"
+    assert oct(cache_dir.stat().st_mode & 0o777) == "0o700"
+    monkeypatch.setattr(fp, "_fp_cache", None)  # a new process: only the file
+    parsed = _count(monkeypatch, fp, "_parse_def")
+    again = fp.live(get_kv_cache_configs, False, with_digest=True)
+    assert again == first and parsed == []
+    # without the digest it is another entry (the pin may or may not carry one)
+    assert fp.live(get_kv_cache_configs, False).source_digest is None and len(parsed) == 1
+
+
+def test_a_changed_source_file_is_fingerprinted_again(cache_dir, tmp_path, monkeypatch):
+    mod = tmp_path / "fp_mod_cache.py"
+    mod.write_text("def f(a, b=1):\n    return a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    m = importlib.import_module("fp_mod_cache")
+    try:
+        assert fp.live(m.f, False).signature == "(a, b=1)"
+        mod.write_text("def f(a, b=2):\n    return a\n")  # same size: the mtime tells
+        os.utime(mod, ns=(time.time_ns(), time.time_ns() + 10_000_000))
+        importlib.reload(m)
+        assert fp.live(m.f, False).signature == "(a, b=2)"
+    finally:
+        import sys
+
+        sys.modules.pop("fp_mod_cache", None)
+
+
+def test_a_corrupt_or_foreign_fingerprint_cache_is_ignored_and_rewritten(cache_dir, monkeypatch):
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+
+    want = fp.live(get_kv_cache_configs, False, with_digest=True)
+    path = cache_dir / "fingerprints.json"
+    path.write_text('{"format": 2, "trunc')  # a torn file, as a crash of another writer could not leave it
+    monkeypatch.setattr(fp, "_fp_cache", None)
+    assert fp.live(get_kv_cache_configs, False, with_digest=True) == want
+    assert cache.read("fingerprints.json") is not None  # rewritten
+    # a planted entry (with a correct digest) in a group-writable file is not read: the real source is parsed
+    data = cache.read("fingerprints.json")
+    for key in data["entries"]:
+        data["entries"][key] = ["(forged)", "sha256:0"]
+    assert cache.write("fingerprints.json", data)
+    os.chmod(path, 0o666)
+    monkeypatch.setattr(fp, "_fp_cache", None)
+    assert fp.live(get_kv_cache_configs, False, with_digest=True) == want
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="chown to another user needs root")
+def test_a_cache_entry_owned_by_another_user_is_not_read(cache_dir):
+    cache.write("probe.json", {"v": 1})
+    assert cache.read("probe.json") == {"v": 1}
+    os.chown(cache_dir / "probe.json", 12345, 12345)
+    assert cache.read("probe.json") is None
+    os.chown(cache_dir / "probe.json", 0, 0)
+    os.chmod(cache_dir, 0o777)  # a folder others can write: nothing in it is trusted
+    assert cache.read("probe.json") is None
+
+
+def test_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_DIR_ENV, "off")
+    assert cache.write("x.json", {"a": 1}) is False and cache.read("x.json") is None
+
+
+# -- the validated patch sets ---------------------------------------------------------------------------------------
+def _extra_set(tmp_path: Path, summary: str) -> Path:
+    folder = tmp_path / "extra"
+    write_patch(folder, "extra_probe", patch_doc(id="extra-probe", kind="wrap", summary=summary,
+                                                 target="vllm.v1.core.kv_cache_utils:get_kv_cache_configs",
+                                                 processes=["worker"]))
+    return folder
+
+
+def test_patch_sets_are_validated_once_per_installation_and_again_after_an_edit(cache_dir, tmp_path, monkeypatch):
+    from vllm_patchkit.runtime import loader as loader_mod
+
+    folder = _extra_set(tmp_path, "first")
+    monkeypatch.setenv("VLLM_PATCHKIT_EXTRA_PATCHES", str(folder))
+    validated = _count(monkeypatch, loader_mod, "load_patch_set")
+    first = Loader.builtin(role="frontend", write_records=False)
+    assert len(validated) == 1 and first.patch_set.patches["extra-probe@1"].summary == "first"
+    [entry] = list(cache_dir.glob("patchsets-*.json"))
+    second = Loader.builtin(role="frontend", write_records=False)
+    assert len(validated) == 1  # from the cache
+    assert second.patch_set.patches.keys() == first.patch_set.patches.keys()
+    assert {v: m.path for v, m in second.manifests.items()} == {v: m.path for v, m in first.manifests.items()}
+
+    _extra_set(tmp_path, "edited")  # a patch YAML changes: validated again, the new text wins
+    os.utime(folder / "extra_probe.yaml", ns=(time.time_ns(), time.time_ns() + 10_000_000))
+    third = Loader.builtin(role="frontend", write_records=False)
+    assert len(validated) == 2 and third.patch_set.patches["extra-probe@1"].summary == "edited"
+
+    (folder / "broken.yaml").write_text("id: [\n")  # a new file that does not parse: the error, never the cache
+    from vllm_patchkit.declaration.errors import PatchSetErrors
+
+    with pytest.raises(PatchSetErrors):
+        Loader.builtin(role="frontend", write_records=False)
+    (folder / "broken.yaml").unlink()
+
+    entry.write_bytes(b"not an entry")  # corrupt: ignored and rewritten
+    Loader.builtin(role="frontend", write_records=False)
+    assert len(validated) == 4 and cache.read_entry(entry.name)[1] is None
+
+
+def test_another_set_of_extra_folders_is_another_entry(cache_dir, tmp_path, monkeypatch):
+    folder = _extra_set(tmp_path, "x")
+    monkeypatch.setenv("VLLM_PATCHKIT_EXTRA_PATCHES", str(folder))
+    with_extra = Loader.builtin(role="frontend", write_records=False)
+    monkeypatch.delenv("VLLM_PATCHKIT_EXTRA_PATCHES")
+    without = Loader.builtin(role="frontend", write_records=False)
+    assert "extra-probe@1" in with_extra.patch_set.patches and "extra-probe@1" not in without.patch_set.patches
+
+
+# -- the dependency roots of the conflict check ----------------------------------------------------------------------
+def test_dependency_roots_are_kept_per_installation(cache_dir, monkeypatch):
+    import importlib.metadata as md
+
+    fp.upstream_code_roots.cache_clear()
+    try:
+        roots = fp.upstream_code_roots("vllm")
+        assert any(r.endswith(os.sep + "torch") for r in roots)  # a declared dependency of vLLM
+        fp.upstream_code_roots.cache_clear()
+
+        def must_not_run():
+            raise AssertionError("packages_distributions() recomputed")
+
+        monkeypatch.setattr(md, "packages_distributions", must_not_run)
+        assert fp.upstream_code_roots("vllm") == roots
+        monkeypatch.setattr(cache, "_INSTALLATION", ["another installation"])
+        fp.upstream_code_roots.cache_clear()
+        # another installation: recomputed (here: the failing mapping leaves only vLLM itself and the stdlib)
+        assert fp.upstream_code_roots("vllm") != roots
+    finally:
+        fp.upstream_code_roots.cache_clear()
