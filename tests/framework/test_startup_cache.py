@@ -176,3 +176,18 @@ def test_dependency_roots_are_kept_per_installation(cache_dir, monkeypatch):
         assert fp.upstream_code_roots("vllm") != roots
     finally:
         fp.upstream_code_roots.cache_clear()
+
+
+def test_code_stamp_covers_the_validating_modules_where_they_live():
+    """Regression: the stamp named files by their old flat paths; after the move into layer folders it would
+    have stamped files that do not exist, and a changed schema would have reused what the old one validated."""
+    from pathlib import Path
+
+    from vllm_patchkit.declaration import schema
+    from vllm_patchkit.runtime import loader
+    from vllm_patchkit.upstream import cache
+
+    stamped = {Path(entry[0]) for entry in cache.code_stamp()}
+    assert all(p.is_file() for p in stamped)
+    for module in (schema, loader, cache):
+        assert Path(module.__file__).resolve() in stamped

@@ -59,7 +59,7 @@ def add_schema(sub) -> None:
 
 def default_docs_dir() -> Path:
     """docs/ of the checkout this package runs from (an editable install), else ./docs."""
-    here = Path(__file__).resolve().parents[2] / "docs"
+    here = Path(__file__).resolve().parents[3] / "docs"
     return here if here.is_dir() else Path("docs")
 
 

@@ -61,7 +61,7 @@ from vllm_patchkit.declaration.schema import Fingerprint, Kind, Manifest, Manife
 from vllm_patchkit.declaration.preconditions import version_matches
 from vllm_patchkit.upstream.missing import Missing
 
-HEADER = "# yaml-language-server: $schema=../src/vllm_patchkit/declaration/schema/manifest.schema.json\n"
+HEADER = "# yaml-language-server: $schema=../src/vllm_patchkit/json_schema/manifest.schema.json\n"
 
 
 BY_HAND = "by hand: "
@@ -351,7 +351,7 @@ def render(m: Manifest) -> str:
 def write(m: Manifest, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"vllm-{m.vllm}.yaml"
-    schema = Path(__file__).resolve().parent / "schema" / "manifest.schema.json"
+    schema = Path(__file__).resolve().parents[1] / "json_schema" / "manifest.schema.json"
     text = render(m).replace(HEADER, f"# yaml-language-server: $schema={os.path.relpath(schema, out_dir.resolve())}\n", 1)
     path.write_text(text, encoding="utf-8")
     return path

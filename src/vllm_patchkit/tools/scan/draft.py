@@ -243,7 +243,7 @@ def write(result: ScanResult, out: Path) -> tuple[Path, list[Path], list[tuple[s
     written, rejected = [init], []
     import os
 
-    schema = os.path.relpath(Path(__file__).resolve().parent.parent / "schema" / "patch.schema.json", folder.resolve())
+    schema = os.path.relpath(Path(__file__).resolve().parents[2] / "json_schema" / "patch.schema.json", folder.resolve())
     for d in build(result, pkg):
         text = render_yaml(d, schema)
         try:
