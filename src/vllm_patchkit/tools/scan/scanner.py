@@ -10,7 +10,8 @@ from typing import Optional, Union
 
 from vllm_patchkit.tools.scan.classify import classify
 from vllm_patchkit.tools.scan.model import ScanResult, Site
-from vllm_patchkit.tools.scan.sites import FileScanner, _calls_super, is_vllm
+from vllm_patchkit.tools.scan.sites import FileScanner
+from vllm_patchkit.tools.scan.syntax import _calls_super, is_vllm
 from vllm_patchkit.tools.scan.sources import PluginSource, open_plugin
 from vllm_patchkit.tools.scan.upstream import SIMILARITY, Upstream, similarity
 from vllm_patchkit.upstream.missing import Missing
