@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..core.helpers import make_loader, patch_doc, pinned_entry
+from ..framework.helpers import make_loader, patch_doc, pinned_entry
 from .conftest import build_config
 
 TO_LIST = "vllm.v1.worker.gpu_model_runner:GPUModelRunner._to_list"

@@ -99,7 +99,7 @@ def test_live_fingerprint_of_a_real_constant_has_its_digest():
 
 
 def test_pin_writes_the_digest_and_manifests_without_it_still_load():
-    from vllm_patchkit.tools.pin import _dump_fingerprint
+    from vllm_patchkit.tools.manifest_files import dump_fingerprint as _dump_fingerprint
 
     assert _dump_fingerprint(Fingerprint(kind="attribute", value_digest=fp.value_digest(5))) == {
         "kind": "attribute", "value_digest": fp.value_digest(5)}
@@ -107,7 +107,7 @@ def test_pin_writes_the_digest_and_manifests_without_it_still_load():
     old = Manifest.model_validate({"vllm": "0.31.0", "generated_by": "t", "patches": [
         {"patch": "p@1", "targets": {TIMEOUT: {"kind": "attribute"}}}]})
     assert old.patches[0].targets[TIMEOUT].value_digest is None
-    schema = json.loads((Path(fp.__file__).parent / "schema" / "manifest.schema.json").read_text())
+    schema = json.loads((Path(fp.__file__).parents[1] / "json_schema" / "manifest.schema.json").read_text())
     assert "value_digest" in json.dumps(schema)
 
 

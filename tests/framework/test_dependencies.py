@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = [ROOT / "src" / "vllm_patchkit", ROOT / "patches", ROOT / "adapters"]
 WITH_VLLM = {"vllm", "torch", "transformers", "tokenizers", "numpy", "fastapi", "prometheus_client", "starlette",
              "safetensors"}  # installed with vLLM (its own requirements)
-PYTEST_ONLY = {ROOT / "src" / "vllm_patchkit" / "pytest_plugin.py"}
+PYTEST_ONLY = {ROOT / "src" / "vllm_patchkit" / "tools" / "pytest_plugin.py"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_patchkit.upstream import misdeclared
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.tools.releases import installed_static
 from vllm_patchkit.declaration.schema import Fingerprint, ManifestEntry, Patch
 from vllm_patchkit.upstream.missing import Missing

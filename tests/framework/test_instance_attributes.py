@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.tools.releases import installed_static, open_release
 from vllm_patchkit.declaration.schema import Fingerprint, ManifestEntry, Patch
 from vllm_patchkit.runtime.verify import Finding, verify

@@ -215,7 +215,7 @@ def test_plugin_in_a_worker_patches_the_gpu_worker_when_the_cpu_worker_imports_i
     script = r"""
 import json, sys
 import vllm, vllm.engine.arg_utils, vllm.v1.worker.worker_base
-from vllm_patchkit import plugin, runtime
+from vllm_patchkit.runtime import plugin, state as runtime
 before = set(sys.modules)
 plugin.register()
 loader = runtime.current()

@@ -14,7 +14,7 @@ import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout)
 import vllm.envs as venvs
 import vllm.v1.engine.core  # as in EngineCore.__init__, which loads the plugins: targets not imported wait for their import
-from vllm_patchkit import plugin, runtime
+from vllm_patchkit.runtime import plugin, state as runtime
 plugin.register()
 loader = runtime.current()
 print("REGISTERED", sorted(n for n in venvs.environment_variables if n.startswith("VLLM_PATCHKIT_")))
@@ -77,7 +77,7 @@ import os, sys
 os.environ["VLLM_PATCHKIT_RUN_ID"] = sys.argv[1]
 os.environ["VLLM_PATCHKIT_STATUS_DIR"] = sys.argv[2]
 import vllm.envs as venvs
-from vllm_patchkit import envs
+from vllm_patchkit.declaration import envs
 from vllm_patchkit.declaration.knobs import KNOBS
 envs.register(KNOBS, constant=True)
 print("FACTORS", sorted((k, repr(v)) for k, v in venvs.compile_factors().items() if "PATCHKIT" in k))
@@ -100,7 +100,7 @@ def test_framework_knobs_never_change_vllms_compile_cache_key(tmp_path):
 def test_role_detection_relies_only_on_pinned_callers():
     """Issue 12: every caller process.py recognises a role by is a pinned `uses` of the framework's
     config-ready hooks, and every shipped manifest pins it (so its drift is caught by check)."""
-    from vllm_patchkit.tools.contracts import read_manifests
+    from vllm_patchkit.tools.manifest_files import read_manifests
     from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
     from vllm_patchkit.declaration.patchsets import core_set
     from vllm_patchkit.runtime.process import CALLERS

@@ -142,7 +142,7 @@ from pathlib import Path
 import yaml
 
 from tests.framework.helpers import make_loader, patch_doc, pinned_entry
-from vllm_patchkit import runtime
+from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 
 tmp = Path(sys.argv[1])

@@ -26,7 +26,7 @@ from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.tools.releases import installed_version
 
-from ..core.helpers import patch_doc, write_patch
+from ..framework.helpers import patch_doc, write_patch
 
 INSTALLED = installed_version() or "0.31.0"  # the sets' manifests are written for the release installed here
 

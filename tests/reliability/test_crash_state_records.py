@@ -112,7 +112,7 @@ SCRIPT = textwrap.dedent('''
     from types import SimpleNamespace
     from pathlib import Path
     from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic, default_status_dir
-    from vllm_patchkit import process
+    from vllm_patchkit.runtime import process
     from vllm_patchkit.runtime.flush import Flusher
 
     class L:

@@ -11,7 +11,7 @@ from vllm_patchkit.declaration.declare import load_patch_set, parse_manifest, pa
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.manifest import load_manifests
 
-from ..core.helpers import patch_doc, write_manifest, write_patch
+from ..framework.helpers import patch_doc, write_manifest, write_patch
 
 TARGET = "vllm.config.vllm:VllmConfig._maybe_enable_breakable_cudagraph"
 GOOD = """\

@@ -32,7 +32,7 @@ from vllm_patchkit.declaration.errors import PatchSetErrors, RequiredPatchFailed
 from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.manifest import load_manifests
 
-from ..core.helpers import live_pin, patch_doc
+from ..framework.helpers import live_pin, patch_doc
 from .conftest import COUNTS, OPS
 
 POOL = "vllm.v1.core.kv_cache_utils:_pool_bytes_per_block"  # a module-level function
@@ -370,7 +370,7 @@ ENTRY_POINT = textwrap.dedent("""
     import vllm.plugins
     import vllm.v1.core.kv_cache_utils as kvu
     import vllm.v1.executor.abstract as ex
-    from vllm_patchkit import runtime
+    from vllm_patchkit.runtime import state as runtime
     from vllm_patchkit.declaration.errors import RequiredPatchFailed
     out = {}
     del kvu._pool_bytes_per_block              # optional pool-bytes-passthrough loses its target

@@ -177,7 +177,7 @@ def _sweep_one(case, folder, ps, places) -> list[str]:
 def test_schema_gaps_blank_version_specifier_is_rejected(tmp_path, where, spec):
     from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 
-    from ..core.helpers import patch_doc, write_patch
+    from ..framework.helpers import patch_doc, write_patch
 
     extra = {"when": {"vllm": spec}} if where == "when" else {"retire_when": {"vllm": spec}}
     write_patch(tmp_path, "p", patch_doc(id="a", kind="refuse", message="m", processes=["frontend"], **extra))

@@ -29,7 +29,7 @@ from vllm_patchkit.runtime.flush import Flusher
 from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
 from vllm_patchkit.declaration.manifest import load_manifests
 
-from ..core.helpers import live_pin, patch_doc
+from ..framework.helpers import live_pin, patch_doc
 
 KV = "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
 FROM_GROUPS = "vllm.v1.core.kv_cache_utils:get_kv_cache_config_from_groups"

@@ -97,7 +97,7 @@ def test_symlink_to_dev_zero_is_refused(tmp_path):
     _record(base)
     os.symlink("/dev/zero", base / RUN / "engine_core-5.json")
     code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
-            "from vllm_patchkit import status; run = status.load_run(__import__('pathlib').Path(sys.argv[1]), "
+            "from vllm_patchkit.reporting import status; run = status.load_run(__import__('pathlib').Path(sys.argv[1]), "
             f"{RUN!r}); print(json.dumps(run.refused))")
     proc = subprocess.run([sys.executable, "-c", code, str(base)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
