@@ -57,9 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import machine, median, spread, table  # noqa: E402
 
 from vllm_patchkit.runtime import apply
+from vllm_patchkit.runtime.wrappers import MARK  # noqa: E402
 from vllm_patchkit.runtime.context import PatchContext  # noqa: E402
 from vllm_patchkit.declaration.schema import Patch  # noqa: E402
-from vllm_patchkit.upstream.targets import resolve  # noqa: E402
+from vllm_patchkit.upstream.targets import function_of, resolve  # noqa: E402
 
 TARGET = 1.10
 MODULE = "vllm_patchkit_bench_target"
@@ -158,8 +159,8 @@ def pk_install(spec: str, *, count: bool, impl_spec: str | None) -> apply.Applie
     patch = bench_patch(spec, count=count, impl_spec=impl_spec)
     impl = resolve(impl_spec).get_raw() if impl_spec else None
     applied = apply.install(patch, resolve(spec), [], impl, patch.count_calls)
-    fn = apply.function_of(applied.places[0][0].get_raw())
-    assert getattr(fn, apply.MARK) == patch.key and fn.__wrapped__ is not None
+    fn = function_of(applied.places[0][0].get_raw())
+    assert getattr(fn, MARK) == patch.key and fn.__wrapped__ is not None
     return applied
 
 

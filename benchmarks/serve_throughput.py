@@ -362,6 +362,8 @@ def _passthrough_call(fn, bound: bool):
 def patch_costs(rows: list[dict], args) -> dict[str, dict]:
     """ns/call for every patch with calls in the window: its installed wrapper vs the bare no-op of its target."""
     from vllm_patchkit.runtime import apply
+    from vllm_patchkit.runtime.wrappers import MARK
+    from vllm_patchkit.upstream.targets import function_of
     from vllm_patchkit.runtime.context import live_target
     from vllm_patchkit.upstream.convention import wrap_takes_context
     from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
@@ -404,7 +406,7 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
                 setattr(b, name, original)
             place = Place(f"{__name__}:{name}", wrapped_owner, name)
             applied = apply.install(patch, place, [], impl, patch.count_calls)
-            assert getattr(apply.function_of(place.get_raw()), apply.MARK) == patch.key
+            assert getattr(function_of(place.get_raw()), MARK) == patch.key
             g = {"A": a, "K": kw}
             stmt = f"o.{name}(*A, **K)"
             timers[key, m, "patched"] = timeit.Timer(stmt, globals={**g, "o": o}, timer=time.process_time)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.declaration.schema import Fingerprint, Manifest
+from vllm_patchkit.declaration.pins import Fingerprint, Manifest
 
 from .helpers import make_loader, patch_doc, pinned_entry
 

@@ -16,7 +16,8 @@ import pytest
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.tools.releases import installed_static
-from vllm_patchkit.declaration.schema import Fingerprint, ManifestEntry, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.runtime.verify import Finding, verify
 

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from vllm_patchkit.declaration import schema
+from vllm_patchkit.declaration import pins, schema
 
 # ---------------------------------------------------------------------------------------------
 # The shape of every field, read off the schema's annotations.
@@ -436,7 +436,7 @@ def structural_mutation(draw, doc: dict, model: type) -> tuple[dict, str, str, s
     if not isinstance(value, dict):
         value = loc.container[loc.key] = {}
     value[bad] = next(iter(value.values()), None) if value else None
-    if loc.model is schema.ManifestEntry:
+    if loc.model is pins.ManifestEntry:
         value[bad] = {"kind": "function"}
     return doc, op, f"bad key at {loc.path}: {bad!r}", loc.path
 
@@ -626,10 +626,10 @@ def manifest_cases(draw, corpus: Corpus) -> Case:
     mname = corpus.manifest_name
     family = draw(st.sampled_from(["structural"] * 6 + ["text"] * 2 + ["cross"] * 3))
     if family == "structural":
-        new, op, label, where = draw(structural_mutation(base, schema.Manifest))
+        new, op, label, where = draw(structural_mutation(base, pins.Manifest))
         return Case("manifest", op, label, {}, {mname: dump(new)}, mname, where)
     if family == "text":
-        data, op, label, where, words = draw(text_mutation(dump(base).decode(), schema.Manifest))
+        data, op, label, where, words = draw(text_mutation(dump(base).decode(), pins.Manifest))
         return Case("manifest", op, label, {}, {mname: data}, mname, where, words)
 
     doc = copy.deepcopy(base)

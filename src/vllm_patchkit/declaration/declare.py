@@ -17,7 +17,8 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
-from vllm_patchkit.declaration.schema import Manifest, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import Manifest
 
 
 def _field_path(loc: tuple) -> str:

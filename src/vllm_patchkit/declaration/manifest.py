@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from vllm_patchkit.declaration.declare import PatchSet, parse_manifest, _collect
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
-from vllm_patchkit.declaration.schema import Manifest
+from vllm_patchkit.declaration.pins import Manifest
 
 log = logging.getLogger("vllm.patchkit")
 

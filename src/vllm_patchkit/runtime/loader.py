@@ -21,9 +21,10 @@ from vllm_patchkit.declaration.declare import PatchSet, load_patch_set, manifest
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
 from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held, version_matches
-from vllm_patchkit.declaration.schema import ManifestEntry, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.runtime.apply import Applied
+from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.availability import Unavailable, unavailable
 from vllm_patchkit.runtime.decide import Decisions, Deferred, NeededButUnavailable
 from vllm_patchkit.runtime.kinds import kind_of

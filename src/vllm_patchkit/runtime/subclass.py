@@ -24,8 +24,11 @@ from typing import Any, Callable, Optional
 
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.runtime.apply import MARK, Applied, function_of, ours
-from vllm_patchkit.declaration.schema import ManifestEntry, Patch
+from vllm_patchkit.runtime.applied import Applied
+from vllm_patchkit.runtime.wrappers import MARK, ours
+from vllm_patchkit.upstream.targets import function_of
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.upstream.pinned import Finding, compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from vllm_patchkit.declaration.schema import Fingerprint, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import Fingerprint
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Optional, Union
 from vllm_patchkit.upstream import fingerprint as fp
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
-from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 
 

@@ -1,0 +1,173 @@
+"""The decision for one patch in one process, in order: needed here (process, preconditions)? available
+(requires, a pin in the manifest)? verified against the pin (and chosen by its kind)? Each step ends in a typed
+outcome; a record is only ever written with what happened, never with a flag for the next step.
+
+The front end's pre-flight refuses early what another process will need and this release cannot give."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from vllm_patchkit.declaration.errors import RequiredPatchUnavailable, remedies
+from vllm_patchkit.declaration.preconditions import held, unmet_at_config, unmet_at_import
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import ManifestEntry
+from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched, refusal_message
+from vllm_patchkit.runtime.kinds import kind_of
+from vllm_patchkit.runtime.kinds.base import Skip
+from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, REFUSED, SKIPPED, PatchRecord
+from vllm_patchkit.runtime.verify import Verified, verify
+from vllm_patchkit.upstream.pinned import Finding
+
+log = logging.getLogger("vllm.patchkit")
+
+
+class Settled:
+    """The record already says what happened here (skipped, failed): nothing to apply."""
+
+
+SETTLED = Settled()
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Needed, but its target module (or a dependency's) is not imported yet: judged again when `module` is."""
+
+    module: str
+    because: str
+
+
+@dataclass(frozen=True)
+class NeededButUnavailable:
+    """Needed and required here, and this release's manifest offers no entry: refused once the stage has judged
+    every patch (so the refusal names the first of them, with nothing half-applied)."""
+
+    why: Unavailable
+
+
+Outcome = Union[Settled, Deferred, NeededButUnavailable, Verified]
+
+
+class Decisions:
+    """The Loader's decision steps (a mixin: they read its plan, records, facts and manifests)."""
+
+    def _preflight(self, cfg: dict) -> None:
+        """Refuse here, early, when another process will need a required patch this release cannot give.
+
+        The front end knows the release, the manifest and the architecture before it
+        starts EngineCore; a worker failing later costs a model load and reads worse.
+        Only a refusal leaves a row here: other processes' patches stay `process` skips.
+        """
+        for patch, _, _ in self.plan:
+            why = self.unavailable.get(patch.id)
+            if why is None or not patch.required or kind_of(patch).refuses or self.role in patch.processes:
+                continue
+            if allowed_unpatched(patch.id):
+                continue
+            if unmet_at_import(patch.when, self.facts) is not None or unmet_at_config(patch.when, cfg) is not None:
+                continue
+            owners = ", ".join(p.value for p in patch.processes)
+            self._refuse_unavailable(patch, why, f"the {owners} process(es) will need it: {held(patch.when, cfg)}")
+
+    def _refuse_unavailable(self, patch: Patch, why: Unavailable, why_needed: str):
+        rec = self.records[patch.id]
+        remedy = remedies("unavailable", patch.id, self.vllm_version, self.manifests)
+        message = refusal_message(patch.key, self.vllm_version, why_needed, why.reason, remedy)
+        rec.set(REFUSED, "unavailable", message, "an entry in the manifest for this release", why.code)
+        rec.detail["remedy"] = remedy
+        self.process.error = message
+        log.error("%s", message)
+        self.flush()
+        raise RequiredPatchUnavailable(rec, message)
+
+    def _required_failed(self, patch: Patch, code: str, reason: str, expected: Any = None,
+                         found: Any = None) -> PatchRecord:
+        """A needed required patch cannot apply (`code`): failed, with the remedies its class has; or, when
+        $VLLM_PATCHKIT_ALLOW_UNPATCHED names it (or `all`), skipped loudly as the remedies promise."""
+        rec = self.records[patch.id]
+        if allowed_unpatched(patch.id):
+            rec.set(SKIPPED, "unpatched_allowed", f"needed here but failed ({code}): {reason}; served without it "
+                    "because VLLM_PATCHKIT_ALLOW_UNPATCHED names it", expected, found)
+            rec.detail["failure"] = code
+            self._warn(rec, f"REQUIRED patch {patch.key} is needed here but failed ({code}): {reason}; serving "
+                            "WITHOUT it because VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
+            return rec
+        rec.set(FAILED, code, reason, expected, found)
+        rec.detail["remedy"] = remedies(code, patch.id, self.vllm_version, self.manifests)
+        return rec
+
+    def _warn(self, rec: PatchRecord, message: str) -> None:
+        rec.warning = message
+        log.warning("vllm-patchkit: %s", message)
+
+    def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]) -> Outcome:
+        """Is it needed here (process, preconditions)? Then: can it be applied (requires, manifest, verify)?"""
+        rec = self.records[patch.id]
+        kind = kind_of(patch)
+        if self.role not in [p.value for p in patch.processes]:
+            rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], self.role)
+            return SETTLED
+        unmet = unmet_at_import(patch.when, self.facts)
+        if unmet is None and stage == "config":
+            unmet = unmet_at_config(patch.when, cfg or {})
+        if unmet is not None:
+            rec.set(SKIPPED, "precondition", kind.not_needed(unmet), unmet.expected, unmet.actual)
+            return SETTLED
+        # needed here from this point on
+        waits_for = None  # a dependency still waiting for its module: this one waits with it
+        for dep in patch.requires:
+            drec = self.records[dep]
+            if drec.state == NOT_IMPORTED and dep in self.waiting_on:
+                waits_for = waits_for or dep
+                continue
+            if drec.state != APPLIED and dep not in self.decided:
+                reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
+                if patch.required:  # needed and required: a missing dependency must not read as a skip
+                    self._required_failed(patch, "requires", reason, f"{dep} applied", drec.state)
+                    return SETTLED
+                rec.set(SKIPPED, "requires", reason, f"{dep} applied", drec.state)
+                self._warn(rec, f"optional patch {patch.key} is needed here but {reason}")
+                return SETTLED
+        why = self.unavailable.get(patch.id)
+        if why is not None:
+            if kind.refuses:  # its condition holds: refuse, even with no pin to check
+                self.decided.add(patch.id)
+                return Verified()
+            if not patch.required:
+                rec.set(SKIPPED, "unavailable", f"needed here but {why.reason}", "an entry in the manifest", why.code)
+                self._warn(rec, f"optional patch {patch.key} is needed here but cannot be applied on vLLM "
+                                f"{self.vllm_version}: {why.reason}")
+                return SETTLED
+            if allowed_unpatched(patch.id):
+                rec.set(SKIPPED, "unpatched_allowed", f"needed here but {why.reason}; served without it because "
+                        f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it", "an entry in the manifest", why.code)
+                self._warn(rec, f"REQUIRED patch {patch.key} is needed here but cannot be applied on vLLM "
+                                f"{self.vllm_version} ({why.reason}); serving WITHOUT it because "
+                                "VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
+                return SETTLED
+            return NeededButUnavailable(why)
+        if waits_for is not None:
+            module = self.waiting_on[waits_for]
+            return Deferred(module, f"requires {waits_for}, which waits for {module} to be imported")
+        if self.lazy and kind.changes_target and patch.target is not None:
+            module = patch.target.partition(":")[0]
+            if module not in sys.modules:
+                return Deferred(module, f"its target module {module} is not imported")
+        result = verify(patch, entry, self.pinned_by)
+        if not isinstance(result, Finding):
+            result = kind.choose(patch, result, self.vllm_config)
+        if isinstance(result, Skip):
+            rec.set(SKIPPED, result.code, result.reason, result.expected, result.found)
+            return SETTLED
+        if isinstance(result, Finding):
+            rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
+            if patch.required:
+                self._required_failed(patch, result.code, result.reason, result.expected, result.found)
+                return SETTLED
+            rec.set(FAILED, result.code, result.reason, result.expected, result.found)
+            return SETTLED
+        self.decided.add(patch.id)
+        return result

@@ -1,0 +1,62 @@
+"""A kind: how one sort of patch changes vLLM, as the loader asks it.
+
+The loader runs the same pipeline for every patch (needed? available? verified? apply, record) and asks the
+patch's kind only what differs: whether it changes an object at a target (then it can wait for the target's
+module), whether what it installs is a function (then stale copies, stacking and "still in place" are watched),
+how it is applied and what it adds to the record. It never branches on which kind a patch is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
+
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.runtime.applied import Applied
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A patch that turns out not to be needed after verification (a subclass already selected by the user)."""
+
+    code: str
+    reason: str
+    expected: Any = None
+    found: Any = None
+
+
+def counting(patch: Patch) -> bool:
+    """Count calls unless the patch or the operator ($VLLM_PATCHKIT_COUNT_CALLS=0) says not to."""
+    return patch.count_calls and os.environ.get("VLLM_PATCHKIT_COUNT_CALLS", "1") != "0"
+
+
+class PatchKind:
+    """The defaults: a kind that changes nothing by itself (each kind overrides what it does)."""
+
+    name: ClassVar[str] = ""
+    #: it changes an object at `target`: deferred until the target's module is imported (lazy loading)
+    changes_target: ClassVar[bool] = False
+    #: it installs a function at its places: stale copies, stacking and "still in place" are watched
+    installs_function: ClassVar[bool] = False
+    #: its whole effect is to stop start-up when its `when` holds (nothing to pin or install)
+    refuses: ClassVar[bool] = False
+    #: it selects a class through a config field: the classes in use are read again once it applied
+    selects_class: ClassVar[bool] = False
+    #: how a finding names what it installed
+    installed_name: ClassVar[str] = "object"
+
+    def not_needed(self, unmet: Any) -> str:
+        """The skip reason when its preconditions do not hold."""
+        return str(unmet)
+
+    def choose(self, patch: Patch, verified: Any, vllm_config: Any) -> Any:
+        """After verification, before anything is installed: the Verified to apply, a Finding, or a Skip."""
+        return verified
+
+    def apply(self, patch: Patch, verified: Any, record: Any, flush: Callable[[], Any]) -> tuple[Optional[Applied], dict]:
+        """Install; returns what undo needs (None: nothing to undo) and what goes into the record's detail."""
+        return Applied(patch), {}
+
+    def report(self, applied: Applied, record: Any, steps: Optional[int]) -> None:
+        """At each flush, after the counters are read: findings that only running reveals."""

@@ -1,0 +1,114 @@
+"""Finding the sets (entry points of every distribution, ~20 ms), reading and validating every patch YAML and
+manifest (~50 ms) give the same answer in every process of an installation: kept as JSON in
+`patchsets-<key>.json`, the key made of what is installed, the framework's validating code and the
+environment. The entry holds the stamp of every input (each file in the sets' folders by size, mtime, inode,
+and each YAML's content digest; each entry point's module and its distribution's entry_points.txt, METADATA
+and RECORD, with their digests) and is used only while all of them are unchanged and its own digest matches
+(cache.read_entry); otherwise it is rebuilt from the files, and the process record says why."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from vllm_patchkit.declaration import manifest as manifests_mod
+from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import EXTRA_ENV
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import Manifest
+from vllm_patchkit.upstream import cache
+
+log = logging.getLogger("vllm.patchkit")
+
+
+def _sets_key(sets, with_env: bool) -> tuple[list, str]:
+    key = [cache.installation_stamp(), cache.code_stamp(), sorted(sets) if sets is not None else None, with_env,
+           os.environ.get(EXTRA_ENV) if with_env else None]
+    return key, cache.digest_of(key)
+
+
+def _sets_inputs(folders: list, files: list) -> dict:
+    return {"folders": cache.folder_stamp(folders, digest=lambda p: p.endswith(".yaml")),
+            "files": cache.file_stamp(files)}
+
+
+def cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
+    """((patch set, manifests), the entry's name) from a verified entry, else (None, the entry's name) after saying
+    why it was not used (a missing entry is said by `cache_sets`, once it is written). The cyclic GC is paused
+    meanwhile: the entry's JSON and its models are thousands of young objects that would otherwise bring a full
+    collection over all of vLLM's forward (~1 ms per process, benchmarks/startup.py)."""
+    import gc
+
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_cached_sets(sets, with_env)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
+    if cache.cache_dir() is None:
+        cache.report(f"cache: off ({cache.CACHE_DIR_ENV}={os.environ.get(cache.CACHE_DIR_ENV)})")
+        return None, None
+    try:
+        _, digest = _sets_key(sets, with_env)
+    except Exception as exc:
+        log.debug("vllm-patchkit: patch-set cache key: %s", exc)
+        return None, None
+    name = f"patchsets-{digest}.json"
+    body, why = cache.read_entry(name)
+    if why is not None:
+        cache.rebuilt(name, why[1], why[0])
+        return None, name
+    if body is None:
+        return None, name
+    try:
+        if type(body) is not dict:
+            raise cache.NotRebuildable("not a mapping")
+        if body.get("key") != digest:
+            cache.rebuilt(name, f"it holds the entry of another key ({body.get('key')!r:.20})", cache.TAMPERED)
+            return None, name
+        if not all(type(x) is list and all(type(p) is str for p in x) for x in (body["folders"], body["files"])):
+            raise cache.NotRebuildable("its folders and files are not lists of paths")
+        now = _sets_inputs(body["folders"], body["files"])
+        if now != body["inputs"]:
+            cache.rebuilt(name, cache.first_difference(body["inputs"], now), cache.STALE)
+            return None, name
+        content = body["content"]
+        ps = PatchSet({k: cache.load_model(Patch, d) for k, d in content["patches"].items()},
+                      dict(content["files"]), dict(content["set_of"]))
+        ms = {v: manifests_mod.Loaded(cache.load_model(Manifest, m["manifest"]), m["path"])
+              for v, m in content["manifests"].items()}
+        if not all(isinstance(x, str) for d in (ps.files, ps.set_of) for kv in d.items() for x in kv) or not all(
+                k == p.key for k, p in ps.patches.items()) or not all(isinstance(m.path, str) for m in ms.values()):
+            raise cache.NotRebuildable("a file name or key of the wrong type")
+    except (cache.NotRebuildable, AttributeError, KeyError, TypeError, ValueError) as exc:
+        cache.rebuilt(name, f"its content does not fit the schema ({exc})", cache.TAMPERED)
+        return None, name
+    cache.report(f"cache: used: {name} (its digest and every input verified)")
+    return (ps, ms), name
+
+
+def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> None:
+    if name is None:
+        return
+    try:
+        not_json = [k for k, p in ps.patches.items() if not cache.cacheable(p)]
+        not_json += [m.path for m in ms.values() if not cache.cacheable(m.manifest)]
+        if not_json:
+            cache.report(f"cache: not written: {name}: {', '.join(not_json)} does not come back from JSON unchanged")
+            return
+        folders = sorted({str(s.patches) for s in sources} | {str(d) for d in dirs})
+        files = sorted({f for s in sources for f in getattr(s, "inputs", ())})
+        content = {"patches": {k: cache.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
+                   "set_of": ps.set_of,
+                   "manifests": {v: {"path": m.path, "manifest": cache.dumps(m.manifest)} for v, m in ms.items()}}
+        body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
+                "inputs": _sets_inputs(folders, files), "content": content}
+        if cache.write(name, body):
+            cache.report(f"cache: written: {name}")
+    except Exception as exc:  # never fatal: the next process validates again
+        log.debug("vllm-patchkit: patch-set cache not written: %s", exc)

@@ -1,0 +1,77 @@
+"""Stale copies: a module that took an applied function by value (`from x import f`) and is not a declared
+copy keeps calling the original, bypassing the patch. The stage searches by name; the flusher searches every
+name of every module once start-up is over (copies bound later, under other names)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.runtime.applied import Applied
+from vllm_patchkit.runtime.kinds import kind_of
+from vllm_patchkit.runtime.verify import Verified, stale_copies
+from vllm_patchkit.upstream.targets import function_of, main_aliases
+
+log = logging.getLogger("vllm.patchkit")
+
+
+class StaleWatch:
+    """The Loader's stale-copy searches (a mixin)."""
+
+    def _watch_stale(self, patch: Patch, place: Any) -> Optional[int]:
+        """Remember an applied (or about to be) function patch's original for the stale-copy searches."""
+        if place is None or place.owner_is_class or not kind_of(patch).installs_function:
+            return None
+        declared = {patch.target, *patch.copies}
+        original = function_of(place.get_raw())
+        self.stale_watch[id(original)] = (patch.id, declared, original)
+        return id(original)
+
+    def _watch_stale_applied(self, patch: Patch, applied: Applied) -> None:
+        """A patch applied lazily: its original is known from the install (the target holds the wrapper now)."""
+        place = applied.places[0][0]
+        if applied.original is not None and not place.owner_is_class and kind_of(patch).installs_function:
+            self.stale_watch[id(applied.original)] = (patch.id, {patch.target, *patch.copies}, applied.original)
+
+    def _stale_findings(self, found: dict[str, list[str]]) -> int:
+        new = 0
+        for pid, places in found.items():
+            rec = self.records[pid]
+            seen = {f.get("where") for f in rec.findings if f.get("code") == "stale_copy"}
+            for where in places:
+                if where in seen:
+                    continue
+                rec.findings.append({"code": "stale_copy", "where": where,
+                                     "reason": f"{where} holds the original by value and is not a declared copy; "
+                                               "calls through it bypass the patch"})
+                log.warning("vllm-patchkit: %s: stale copy at %s (not declared in `copies`)", rec.patch, where)
+                new += 1
+        return new
+
+    def _originals(self, ids) -> dict[int, tuple[str, set[str]]]:
+        out = {}
+        for key in ids:
+            pid, declared, _ = self.stale_watch[key]
+            out[key] = (pid, declared | set(main_aliases(declared)))  # `python -m` runs a module as __main__
+        return out
+
+    def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
+        """At a stage: the by-name search (every name in vLLM's modules, the target's own name elsewhere)."""
+        names: dict[str, list[int]] = {}
+        for patch, v in decisions:
+            key = self._watch_stale(patch, v.place)
+            if key is not None:
+                names.setdefault(v.place.attr, []).append(key)
+        keys = [k for ks in names.values() for k in ks]
+        self._stale_findings(stale_copies(self._originals(keys), names))
+
+    def rescan_stale(self) -> int:
+        """Every name of every module, for every applied function patch: the copies bound after start-up (the
+        plugin's own modules, model code, targets applied lazily) and under other names (`from x import f as
+        g`). The flusher runs it off the start-up path (~30 ms with vLLM's engine loaded); returns the new
+        findings."""
+        live = [k for k, (pid, _, _) in self.stale_watch.items() if pid in self.applied]
+        if not live:
+            return 0
+        return self._stale_findings(stale_copies(self._originals(live)))

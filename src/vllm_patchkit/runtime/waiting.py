@@ -1,0 +1,120 @@
+"""Patches whose target module is not imported when their stage runs: recorded `not_imported`, then verified
+and applied when the module is imported (lazy.py's import hook), never imported early. A declared copy in a
+module imported later is patched then, if it still holds the original."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Optional
+
+from vllm_patchkit.declaration.errors import RequiredPatchFailed
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import ManifestEntry
+from vllm_patchkit.runtime.decide import Deferred, NeededButUnavailable
+from vllm_patchkit.runtime.lazy import HOOK
+from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING
+from vllm_patchkit.runtime.verify import Verified
+from vllm_patchkit.upstream.targets import MISSING, TargetError, function_of, resolve
+
+log = logging.getLogger("vllm.patchkit")
+
+
+class Waiting:
+    """The Loader's lazy targets (a mixin)."""
+
+    def _defer(self, patch: Patch, d: Deferred) -> None:
+        self.waiting_on[patch.id] = d.module
+        self.records[patch.id].set(
+            NOT_IMPORTED, "not_imported",
+            f"needed here; {d.because}: verified and applied when it is imported. Still in this state at the "
+            "end: the module was never imported in this process, so the code it changes never ran here",
+            f"{d.module} imported", "not imported")
+
+    def _watch(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+               module: str) -> None:
+        mod = sys.modules.get(module)
+        if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            # imported since it was deferred (another patch's `uses` or implementation imported it): the
+            # finder will not be asked again, so judge it now
+            self._on_import(patch, entry, stage, cfg, module)
+            return
+        HOOK.watch(module, self, lambda mod: self._on_import(patch, entry, stage, cfg, module))
+
+    def _on_import(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+                   module: str) -> None:
+        """`module` has just executed: judge the patch again (its target now resolves), verify against the
+        pin, apply, record, flush. A required patch that fails here fails that import, naming the patch."""
+        rec = self.records[patch.id]
+        if rec.state != NOT_IMPORTED or self.waiting_on.get(patch.id) != module:
+            return  # unpatched meanwhile, or already judged: never applied twice
+        del self.waiting_on[patch.id]
+        rec.set(PENDING)
+        outcome = self._decide(patch, entry, stage, cfg)
+        if isinstance(outcome, Deferred):  # it also waits for another module (its own target, after a dependency)
+            self._defer(patch, outcome)
+            self._watch(patch, entry, stage, cfg, outcome.module)
+            self.flush()
+            return
+        if isinstance(outcome, NeededButUnavailable):  # a deferral passed availability: defensive, never silent
+            self._refuse_unavailable(patch, outcome.why, f"{module} was imported and the patch is needed here")
+        if isinstance(outcome, Verified):
+            self._apply_one(patch, outcome)
+            if rec.state == APPLIED:
+                rec.detail["lazy"] = f"applied when {module} was imported"
+                applied = self.applied.get(patch.id)
+                if applied is not None and applied.places:
+                    self._watch_stale_applied(patch, applied)
+                self._watch_late_copies(patch)
+        if rec.state == FAILED and patch.required:
+            exc = RequiredPatchFailed(rec)
+            self.process.error = str(exc)
+            log.error("%s", exc)
+            self.flush()
+
+            def again(mod, exc=exc):  # a caller that catches the error and imports again fails again
+                raise exc
+
+            HOOK.keep_failing(module, self, again)
+            raise exc
+        if rec.state == FAILED and rec.warning is None:
+            self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({rec.code}): "
+                            f"{rec.reason}; expected {rec.expected}, found {rec.found}")
+        self.flush()
+        log.info("vllm-patchkit: role=%s pid=%d %s %s when %s was imported", self.role, os.getpid(), rec.patch,
+                 rec.state, module)
+
+    def _watch_late_copies(self, patch: Patch) -> None:
+        """Declared copies whose module is not imported yet: patched when it is, if it then holds the original
+        (normally it takes the patched object by value and there is nothing to do)."""
+        applied = self.applied.get(patch.id)
+        if applied is None or not applied.late_copies or applied.installed is None:
+            return
+        for spec in applied.late_copies:
+            module = spec.partition(":")[0]
+            if module not in sys.modules:
+                HOOK.watch(module, self, lambda mod, spec=spec: self._on_copy_import(patch.id, spec))
+
+    def _on_copy_import(self, pid: str, spec: str) -> None:
+        applied = self.applied.get(pid)
+        if applied is None or spec not in applied.late_copies:
+            return
+        rec = self.records[pid]
+        try:
+            place = resolve(spec, import_module=False)
+            held = place.get_raw()
+        except TargetError as exc:
+            held, place = MISSING, None
+            rec.findings.append({"code": "copy", "where": spec, "reason": f"declared copy not found: {exc}"})
+        if place is not None and held is not MISSING and held is not applied.installed:
+            if function_of(held) is applied.original:
+                place.set_raw(applied.installed)
+                applied.places.append((place, held))
+                applied.late_copies.remove(spec)
+                rec.detail.setdefault("places", []).append(spec)
+            else:
+                rec.findings.append({"code": "copy", "where": spec,
+                                     "reason": f"declared copy {spec} holds a different object: {repr(held)[:120]}"})
+                log.warning("vllm-patchkit: %s: declared copy %s holds a different object", rec.patch, spec)
+        self.flush()
