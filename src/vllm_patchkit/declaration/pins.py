@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from vllm_patchkit.declaration.schema import PATCH_ID, TARGET, Patch, Strict
+from vllm_patchkit.declaration.schema import PATCH_ID, TARGET, Strict
 
 
 class Fingerprint(Strict):
@@ -58,8 +58,3 @@ class Manifest(Strict):
         except InvalidVersion:
             raise ValueError(f"not a release version: {v!r}") from None
         return v
-
-
-def json_schemas() -> dict[str, dict]:
-    """JSON Schemas for editors, generated from the models."""
-    return {"patch": Patch.model_json_schema(), "manifest": Manifest.model_json_schema()}

@@ -145,9 +145,13 @@ class Patch(Strict):
     id: Annotated[str, Field(pattern=PATCH_ID)]
     version: Annotated[int, Field(ge=1)]
     summary: Annotated[str, Field(min_length=1)]
-    why: Annotated[str, Field(min_length=1)]
-    upstream: Annotated[str, Field(min_length=1, description="issue/PR reference, or 'none: reason'")]
-    retire_when: RetireWhen
+    feature: Optional[Annotated[str, Field(pattern=PATCH_ID)]] = Field(
+        default=None,
+        description="the feature this patch belongs to (its set's features/<id>.yaml): the feature declares "
+                    "`upstream`, `retire_when`, shared env vars and (unless the patch says its own) `why` once")
+    why: Optional[Annotated[str, Field(min_length=1)]] = None
+    upstream: Optional[Annotated[str, Field(min_length=1, description="issue/PR reference, or 'none: reason'")]] = None
+    retire_when: Optional[RetireWhen] = None
     kind: Annotated[Kind, Field(strict=False)]
     target: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
@@ -209,7 +213,14 @@ class Patch(Strict):
     when: When = Field(default_factory=When)
     requires: list[Annotated[str, Field(pattern=PATCH_ID)]] = Field(default_factory=list)
     required: bool
-    env_vars: list[EnvVar] = Field(default_factory=list)
+    env_vars: list[EnvVar] = Field(
+        default_factory=list,
+        description="environment variables the patch declares (name, default, doc): each is declared once in the "
+                    "whole set, with one text; a variable its feature declares comes with the feature")
+    reads_env: list[Annotated[str, Field(pattern=ENV_NAME)]] = Field(
+        default_factory=list,
+        description="environment variables declared elsewhere in the set (another patch, another feature) that "
+                    "this patch reads too, by name")
     expected_calls: Annotated[Frequency, Field(strict=False)] = Frequency.never_counted
     count_calls: bool = True
     counts_steps: bool = Field(
@@ -225,6 +236,21 @@ class Patch(Strict):
         description="a pure counted forwarder the framework needs to learn what a model needs (config-ready points, "
                     "step counters): applied unpinned, and marked so, where no manifest entry exists but its target does",
     )
+
+    @model_validator(mode="after")
+    def _feature_fields(self) -> "Patch":
+        """`upstream` and `retire_when` are the feature's when there is one (said once), else the patch's own."""
+        if self.feature is None:
+            missing = [f for f in ("why", "upstream", "retire_when") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"missing {', '.join(missing)} (required unless the patch names its `feature`, "
+                                 "which declares them once)")
+        else:
+            repeated = [f for f in ("upstream", "retire_when") if getattr(self, f) is not None]
+            if repeated:
+                raise ValueError(f"{', '.join(repeated)}: declared by feature {self.feature!r}; a patch of a feature "
+                                 "does not repeat it (remove it here)")
+        return self
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":

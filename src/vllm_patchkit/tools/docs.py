@@ -81,7 +81,9 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         lines += [
             f"## {pid}\n",
             f"{p.summary.strip()}\n",
-            f"- **Patch set:** `{ps.set_of.get(p.key, '-')}`",
+            f"- **Patch set:** `{ps.set_of.get(p.key, '-')}`" + (f"; feature `{p.feature}` (upstream, retirement "
+                                                                  "and shared env vars declared once there)"
+                                                                  if p.feature else ""),
             f"- **Why:** {' '.join(p.why.split())}",
             f"- **Upstream:** {p.upstream}",
             f"- **Retire when:** {retire}",
@@ -126,7 +128,7 @@ def render_env(ps: PatchSet) -> str:
             if e.name in seen:
                 continue
             seen.add(e.name)
-            rows.append((e.name, e.default, e.doc, f"`{p.id}`"))
+            rows.append((e.name, e.default, e.doc, f"feature `{p.feature}`" if p.feature else f"`{p.id}`"))
     for name, default, doc, by in rows:
         d = "unset" if default is None else f"`{default}`"
         lines.append(f"| `{name}` | {d} | {' '.join(doc.split())} | {by} |")

@@ -6,9 +6,17 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from vllm_patchkit.declaration.schema import json_schemas
+from vllm_patchkit.declaration.features import Feature
+from vllm_patchkit.declaration.pins import Manifest
+from vllm_patchkit.declaration.schema import Patch
 
 HERE = Path(__file__).resolve().parent.parent / "json_schema"
+
+
+def json_schemas() -> dict[str, dict]:
+    """JSON Schemas for editors, generated from the models of each declaration file."""
+    return {"patch": Patch.model_json_schema(), "manifest": Manifest.model_json_schema(),
+            "feature": Feature.model_json_schema()}
 
 
 def write_schemas(out: Optional[Path] = None) -> list[Path]:
