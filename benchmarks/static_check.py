@@ -29,7 +29,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from vllm_patchkit.tools.contracts import StaticView, cached_wheel, check, read_manifests, target_specs
+from vllm_patchkit.tools.check import check
+from vllm_patchkit.tools.examine import target_specs
+from vllm_patchkit.tools.manifest_files import read_manifests
+from vllm_patchkit.tools.releases import StaticView, cached_wheel
 from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
@@ -106,8 +109,8 @@ def corpus(wheel: Path, plugin: str, repeat: int) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.corpus.catalogue import load
-    from vllm_patchkit.tools import static as static_mod
-    from vllm_patchkit.tools.check import examine
+    from vllm_patchkit.tools import static_modules as static_mod
+    from vllm_patchkit.tools.examine import examine
     from vllm_patchkit.tools.releases import open_release
 
     cat = load(plugin)

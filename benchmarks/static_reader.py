@@ -47,7 +47,7 @@ _MB = 1024  # ru_maxrss is in KiB on Linux
 def _specs() -> list[str]:
     import yaml
 
-    from vllm_patchkit.tools.contracts import target_specs
+    from vllm_patchkit.tools.examine import target_specs
     from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
     from vllm_patchkit.declaration.patchsets import installed_sets
 

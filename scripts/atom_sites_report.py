@@ -71,7 +71,8 @@ def _doc(pid: str, entry: dict, copies: list[str]) -> dict:
 def installed_release():
     """The installed vLLM's source tree, read statically (None when vLLM is not installed)."""
     from vllm_patchkit.tools.releases import installed_root
-    from vllm_patchkit.tools.static import DirSource, StaticRelease
+    from vllm_patchkit.tools.static import StaticRelease
+    from vllm_patchkit.upstream.static_source import DirSource
 
     root = installed_root()
     return None if root is None else StaticRelease(DirSource(root))
@@ -131,7 +132,8 @@ def evaluate(sites: list[dict], release=None) -> list[dict]:
     """Per place: exists / declared / pinned / checked, each worked out from the source, and why not."""
     from vllm_patchkit.declaration.schema import Kind, Patch
     from vllm_patchkit.upstream.missing import Missing
-    from vllm_patchkit.tools.static import DirSource, StaticRelease
+    from vllm_patchkit.tools.static import StaticRelease
+    from vllm_patchkit.upstream.static_source import DirSource
 
     release = release if release is not None else installed_release()
     if release is None:

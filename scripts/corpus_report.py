@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.corpus.catalogue import RELEASES, all_catalogues  # noqa: E402
-from vllm_patchkit.tools.check import examine  # noqa: E402
+from vllm_patchkit.tools.examine import examine  # noqa: E402
 from vllm_patchkit.tools.releases import open_release  # noqa: E402
-from vllm_patchkit.tools.static import Missing  # noqa: E402
+from vllm_patchkit.upstream.missing import Missing  # noqa: E402
 
 PINNED_ON = "0.31.0"
 

@@ -14,10 +14,13 @@ from typing import Optional
 import pytest
 import yaml
 
-from vllm_patchkit.tools.contracts import WHEEL_CACHE_ENV, StaticView, cached_wheel, check, wheel_cache
+from vllm_patchkit.tools.check import check
+from vllm_patchkit.tools.releases import WHEEL_CACHE_ENV, StaticView, cached_wheel, wheel_cache
 from vllm_patchkit.declaration.declare import load_patch_set
-from vllm_patchkit.tools.pin import pin_release, write
-from vllm_patchkit.tools.static import StaticRelease, open_source
+from vllm_patchkit.tools.manifest_files import write
+from vllm_patchkit.tools.pin import pin_release
+from vllm_patchkit.tools.static import StaticRelease
+from vllm_patchkit.upstream.static_source import open_source
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
     """Write {relative path: source} under root; every folder on the way gets an __init__.py."""

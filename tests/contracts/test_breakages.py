@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_patchkit.tools.contracts import BreakageKind as K
+from vllm_patchkit.upstream.findings import BreakageKind as K
 
 from vllm_patchkit.declaration.declare import load_patch_set
 
@@ -186,7 +186,7 @@ def test_copy_through_a_relative_import_and_alias(scenario):
     # both names hold it by value (the loader's stale search finds each): declaring one is not enough
     t = Scenario(s.before.parent / "one", tree, tree, [])
     one = patch_doc("p", "toy.core.utils:helper", copies=["toy.core.engine:helper"])
-    from vllm_patchkit.tools.check import examine
+    from vllm_patchkit.tools.examine import examine
 
     from .helpers import release
     patch = load_patch_set([write_patches(t.patch_dir.parent / "p1", [one])]).patches["p@1"]

@@ -12,8 +12,8 @@ import pytest
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
 from vllm_patchkit.upstream.compat import judge
-from vllm_patchkit.tools.contracts import open_release
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.releases import open_release
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.schema import Kind

@@ -15,10 +15,9 @@ import textwrap
 import pytest
 
 from vllm_patchkit.upstream.findings import BreakageKind as K
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.upstream.compat import judge
-from vllm_patchkit.tools.contracts import open_release
-from vllm_patchkit.tools.releases import ReleaseError, installed_root
+from vllm_patchkit.tools.releases import ReleaseError, installed_root, open_release
 from vllm_patchkit.declaration.schema import Fingerprint, Patch
 from vllm_patchkit.upstream.missing import Missing
 
@@ -172,7 +171,7 @@ def test_update_request_with_output_moved_into_scheduler_is_compatible_when_the_
     _, found = examine(wheel("0.33.0"), patch, pins)
     assert found == []
     # had the definition changed on the way, the move itself is judged by the override's super() call
-    from vllm_patchkit.tools.check import examine as _  # noqa: F401  (same function as above)
+    from vllm_patchkit.tools.examine import examine as _  # noqa: F401  (same function as above)
     from vllm_patchkit.upstream.sigdiff import missing_breakages
     [b] = missing_breakages(patch.key, spec, got)
     j = judge(patch, b)
@@ -249,7 +248,7 @@ def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monk
     if installed_root() is None:
         pytest.skip("vLLM is not installed")
     static = installed_static()
-    from vllm_patchkit.tools.pin import settle_inherited
+    from vllm_patchkit.tools.pin_plan import settle_inherited
 
     found, _ = settle_inherited(static, patch, examine(static, patch, None)[0])
     entry = ManifestEntry(patch=patch.key, targets=found)

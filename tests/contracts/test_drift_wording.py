@@ -17,9 +17,11 @@ import sys
 
 import pytest
 
-from vllm_patchkit.tools import contracts, releases
-from vllm_patchkit.tools.contracts import BreakageKind as K
-from vllm_patchkit.tools.contracts import diff_signatures, render_github, render_json, render_text
+from vllm_patchkit.tools import releases
+from vllm_patchkit.tools.check import check
+from vllm_patchkit.tools.render import render_github, render_json, render_text
+from vllm_patchkit.upstream.findings import BreakageKind as K
+from vllm_patchkit.upstream.sigdiff import diff_signatures
 from vllm_patchkit.tools.static import StaticRelease
 
 from .helpers import patch_doc
@@ -38,19 +40,19 @@ def _forget_toy() -> None:
 @pytest.fixture
 def live(monkeypatch):
     """A LiveRelease of a synthetic tree: imported from it, and its static view read from it."""
-    def make(root, version: str = "2.0.0") -> contracts.LiveRelease:
+    def make(root, version: str = "2.0.0") -> releases.LiveRelease:
         _forget_toy()
         monkeypatch.syspath_prepend(str(root))
         monkeypatch.setattr(releases, "installed_root", lambda: root)
         monkeypatch.setattr(releases, "installed_version", lambda: version)
-        return contracts.LiveRelease()
+        return releases.LiveRelease()
 
     yield make
     _forget_toy()
 
 
 def _live_check(s, release):
-    return contracts.check(release, s.patch_set, {"1.0.0": s.pinned.manifest})
+    return check(release, s.patch_set, {"1.0.0": s.pinned.manifest})
 
 
 # -- 1. a parameter inserted in front of existing ones ------------------------------------------

@@ -15,11 +15,14 @@ from packaging.version import Version
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.tools.cli import main
-from vllm_patchkit.tools.contracts import LiveRelease, installed_root, installed_version, read_manifests
+from vllm_patchkit.tools.manifest_files import read_manifests
+from vllm_patchkit.tools.releases import LiveRelease
+from vllm_patchkit.upstream.installed import installed_root, installed_version
 from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set, manifest_dirs, parse_manifest
 from vllm_patchkit.tools.pin import pin_release
 from vllm_patchkit.upstream.missing import Missing
-from vllm_patchkit.tools.static import DirSource, StaticRelease
+from vllm_patchkit.tools.static import StaticRelease
+from vllm_patchkit.upstream.static_source import DirSource
 from vllm_patchkit.upstream.targets import resolve
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
@@ -140,7 +143,7 @@ def test_pin_live_and_static_reproduce_the_committed_manifest(live):
     the same pins."""
     ps = load_patch_set(builtin_patch_dirs())
     committed = read_manifests(manifest_dirs(builtin_patch_dirs()), ps)[0][RELEASE]  # every set's, merged
-    from vllm_patchkit.tools.contracts import StaticView
+    from vllm_patchkit.tools.releases import StaticView
 
     by_import = pin_release(live, ps, {RELEASE: committed}, generated_by="test").manifest
     statically = pin_release(StaticView(StaticRelease(DirSource(installed_root()), RELEASE)), ps,

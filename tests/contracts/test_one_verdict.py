@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.patchsets import discover
-from vllm_patchkit.tools.pin import settle_inherited
+from vllm_patchkit.tools.pin_plan import settle_inherited
 from vllm_patchkit.tools.releases import installed_static, installed_version
 from vllm_patchkit.declaration.schema import Fingerprint, Kind, ManifestEntry
 from vllm_patchkit.runtime.verify import Finding, stale_copies, verify

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from vllm_patchkit.tools.contracts import installed_root, installed_version
+from vllm_patchkit.upstream.installed import installed_root, installed_version
 from vllm_patchkit.declaration.declare import builtin_patch_dirs, manifest_dirs
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")

@@ -10,7 +10,8 @@ import pytest
 from packaging.version import Version
 
 from vllm_patchkit.tools.cli import main
-from vllm_patchkit.tools.contracts import diff_signatures, read_manifests
+from vllm_patchkit.tools.manifest_files import read_manifests
+from vllm_patchkit.upstream.sigdiff import diff_signatures
 from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.schema import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
@@ -125,8 +126,9 @@ def test_pin_from_scratch_regenerates_the_shipped_manifests(version):
     """A new release costs one `pin` run: with the release's own manifests deleted, pinning it from its wheel
     gives back every committed manifest for it byte for byte (the `generated_by` line aside: it names how
     the committed one was read)."""
-    from vllm_patchkit.tools.contracts import StaticView
-    from vllm_patchkit.tools.pin import pin_release, render, split_by_set
+    from vllm_patchkit.tools.releases import StaticView
+    from vllm_patchkit.tools.manifest_files import render, split_by_set
+    from vllm_patchkit.tools.pin import pin_release
     from vllm_patchkit.tools.static import StaticRelease as Static
 
     release = StaticView(Static.open(cached_wheel_or_skip(version)))

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from vllm_patchkit.tools.contracts import BreakageKind, render_github, render_text
+from vllm_patchkit.tools.render import render_github, render_text
+from vllm_patchkit.upstream.findings import BreakageKind
 
 from .helpers import patch_doc
 
@@ -64,8 +65,10 @@ def test_probe_on_a_wheel(tmp_path, scenario, probes):
     """Probes get a pathlib-like root for wheels too (zipfile.Path)."""
     import zipfile
 
-    from vllm_patchkit.tools.contracts import StaticView, check
-    from vllm_patchkit.tools.static import StaticRelease, open_source
+    from vllm_patchkit.tools.check import check
+    from vllm_patchkit.tools.releases import StaticView
+    from vllm_patchkit.tools.static import StaticRelease
+    from vllm_patchkit.upstream.static_source import open_source
 
     s = scenario(TREE, FIXED, [patch_doc("p", "toy.mod:f", retire_when={"probe": f"{probes}:has_fix"})])
     wheel = tmp_path / "toy-2.0.0-py3-none-any.whl"

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from vllm_patchkit.upstream import misdeclared
-from vllm_patchkit.tools.check import examine
+from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.releases import ReleaseError, installed_root, installed_static, installed_version, open_release
 from vllm_patchkit.declaration.schema import Fingerprint, ManifestEntry, Patch

@@ -266,7 +266,8 @@ def test_what_cannot_be_found(tree):
 
 def test_inherited_is_read_alike_statically_and_live(tree):
     """An attribute the class has only through a base: both readers say inherited, from the same definition."""
-    from vllm_patchkit.tools.contracts import LiveRelease, installed_root
+    from vllm_patchkit.tools.releases import LiveRelease
+    from vllm_patchkit.upstream.installed import installed_root
 
     if installed_root() is None:
         pytest.skip("vLLM is not installed")

@@ -22,7 +22,8 @@ import yaml
 from vllm_patchkit.tools.releases import cached_wheel, installed_root
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.missing import Missing
-from vllm_patchkit.tools.static import DirSource, StaticRelease
+from vllm_patchkit.tools.static import StaticRelease
+from vllm_patchkit.upstream.static_source import DirSource
 
 from tests.corpus.catalogue import RELEASES, Catalogue
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from vllm_patchkit.reporting import status as status_mod
-from vllm_patchkit.tools.contracts import add_check
+from vllm_patchkit.tools.check import add_check
 from vllm_patchkit.tools.pin import add_pin
 from vllm_patchkit.runtime.record import default_status_dir
 

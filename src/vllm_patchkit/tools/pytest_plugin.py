@@ -217,7 +217,7 @@ class PinItem(_Item):
         self.pins = pins if pins is not None else {spec: pin}
 
     def runtest(self) -> None:
-        from vllm_patchkit.tools.check import examine
+        from vllm_patchkit.tools.examine import examine
 
         release = _installed()
         key = (self.patch.key, tuple(sorted(self.pins)))

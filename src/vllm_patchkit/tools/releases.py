@@ -12,7 +12,8 @@ from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.tools.live import note_import
 from vllm_patchkit.declaration.schema import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
-from vllm_patchkit.tools.static import DirSource, StaticRelease
+from vllm_patchkit.tools.static import StaticRelease
+from vllm_patchkit.upstream.static_source import DirSource
 from vllm_patchkit.tools.static_copies import holders
 from vllm_patchkit.upstream.installed import installed_root, installed_version
 from vllm_patchkit.upstream.targets import TargetError, resolve, resolve_through_mro

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Optional
 
-from vllm_patchkit.tools.check import Report
+from vllm_patchkit.tools.report import Report
 
 
 # -- rendering ----------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ another module of the release, and simple aliases (`x = y`).
 One concept per module: `static_source.py` (the files of a wheel read in place, or
 of a folder), `static_tables.py` (what each statement of a module or class body
 binds, in execution order), `static_decorators.py` (the kind and the `__wrapped__`
-layers a decorated def has live), and this one (following names across modules
-and bases to a definition; where a missing one went).
+layers a decorated def has live), `static_modules.py` (the release's modules, each
+parsed once), `static_moved.py` (where a missing name went), and this one (following
+names across modules and bases to a definition).
 
 Traps, documented where they live (wrapt's habit):
 
@@ -73,40 +74,24 @@ dependency, because:
 from __future__ import annotations
 
 import ast
-import gc
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Optional, Union
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.upstream.static_decorators import decorated, kind_of
-from vllm_patchkit.upstream.static_source import DirSource, declared_version, Source, WheelSource, module_name, open_source
-from vllm_patchkit.upstream.static_tables import (FUNCS, Binding, Import, ModuleRef, ModuleTable, Scope, Value, class_scope, dotted,
-                            parse_module)
+from vllm_patchkit.upstream.static_source import Source, open_source
+from vllm_patchkit.upstream.static_tables import Binding, Import, ModuleRef, Scope, Value, dotted
+from vllm_patchkit.tools.static_modules import ReleaseModules
+from vllm_patchkit.tools.static_moved import MovedSearch
 
 
 def literal_digest(node: ast.AST) -> Optional[str]:
     """The value digest of a constant written as a literal (as `fingerprint.value_digest` of the live
     value); None when the source does not spell a literal (a call, an expression, a property)."""
     return fp.literal_digest(node)
-
-
-@contextmanager
-def gc_paused():
-    """No cyclic garbage collection while a module is parsed. A syntax tree is a few hundred thousand objects
-    with no cycles (reference counting frees them), but allocating it triggers full collections that walk every
-    tree parsed before: with the collector on, a check of ATOM's 97 patches against one wheel spent 0.9 of its
-    1.3 s of CPU in them (0.2 s with it paused; benchmarks/static_check.py --corpus atom)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -134,48 +119,16 @@ class Definition:
 
 
 # -- the release --------------------------------------------------------------------------------
-class StaticRelease:
-    """One release's source, read without importing it. Parsed modules are cached per instance."""
+class StaticRelease(ReleaseModules):
+    """One release's source, read without importing it: names followed to their definitions."""
 
     def __init__(self, source: Source, version: Optional[str] = None):
-        self.source = source
-        self._modules: dict[str, Optional[ModuleTable]] = {}
-        self._class_scopes: dict[int, Scope] = {}
-        self._texts: dict[str, bytes] = {}  # file -> text, read once (for find_moved)
-        self._moved: dict[tuple[str, int], list[str]] = {}
-        self._version = version
+        super().__init__(source, version)
+        self._moved = MovedSearch(source, self.module, self._class_scope)
 
     @classmethod
     def open(cls, path: Union[str, Path], version: Optional[str] = None) -> "StaticRelease":
         return cls(open_source(path), version)
-
-    @property
-    def label(self) -> str:
-        return self.source.label
-
-    def version(self, package: str = "vllm") -> Optional[str]:
-        """The release version: given, else `<package>/_version.py` or `version.py`, else the wheel name."""
-        if self._version:
-            return self._version
-        self._version = declared_version(self.source, package) or self.source.version_hint()
-        return self._version
-
-    # -- modules
-    def module(self, name: str) -> Optional[ModuleTable]:
-        """The table of module `name` (None if the release has no such module), parsed once."""
-        if name not in self._modules:  # a file that does not parse raises SyntaxError, every time
-            rel = name.replace(".", "/")
-            found = ((path, self.source.read(path)) for path in (f"{rel}.py", f"{rel}/__init__.py"))
-            path, raw = next(((p, r) for p, r in found if r is not None), (None, None))
-            with gc_paused():
-                self._modules[name] = parse_module(name, path, raw) if raw is not None else None
-        return self._modules[name]
-
-    def _class_scope(self, node: ast.ClassDef, package: str) -> Scope:
-        scope = self._class_scopes.get(id(node))
-        if scope is None:
-            scope = self._class_scopes[id(node)] = class_scope(node, package)
-        return scope
 
     # -- name resolution
     def _lookup(self, module: str, name: str, seen: frozenset = frozenset()) -> Union[tuple, Missing]:
@@ -381,69 +334,9 @@ class StaticRelease:
 
     # -- where did it go?
     def find_moved(self, spec: str, limit: int = 5) -> list[str]:
-        """Other places in the release that define the same class-and-member (or function) name.
-
-        Searched nearest first: the target's own package, then each parent up to the
-        top-level package, stopping at the first level with a hit. A text search picks
-        candidate files (each file's text is read once); only those are parsed.
-        """
-        if (spec, limit) in self._moved:
-            return self._moved[(spec, limit)]
-        module, _, qualname = spec.partition(":")
-        parts = qualname.split(".")
-        leaf = parts[-1]
-        cls = parts[-2] if len(parts) > 1 else None
-        needles = (f"def {cls or leaf}".encode(), f"class {cls or leaf}".encode())
-        found: list[str] = []
-        self._moved[(spec, limit)] = found
-        package = module.split(".")
-        for depth in range(len(package) - 1, 0, -1):
-            for rel in self.source.python_files("/".join(package[:depth])):
-                raw = self._texts.get(rel)
-                if raw is None:
-                    raw = self._texts[rel] = self.source.read(rel) or b""
-                if not any(n in raw for n in needles):
-                    continue
-                name = module_name(rel)
-                mod = self.module(name)
-                hit = self._defined_here(mod, cls, leaf) if mod is not None else None
-                if hit and f"{name}:{hit}" != spec and f"{name}:{hit}" not in found:
-                    found.append(f"{name}:{hit}")
-            if found:
-                break
-        del found[limit:]
-        return found
-
-    def _defined_here(self, mod: ModuleTable, cls: Optional[str], leaf: str) -> Optional[str]:
-        """`cls.leaf` (or `leaf`) if the module itself defines it (imports do not count)."""
-        if cls is None:
-            b = mod.scope.names.get(leaf)
-            return leaf if isinstance(b, FUNCS + (ast.ClassDef,)) else None
-        b = mod.scope.names.get(cls)
-        if not isinstance(b, ast.ClassDef):
-            return None
-        scope = self._class_scope(b, mod.package)
-        return f"{cls}.{leaf}" if leaf in scope.names else None
-
-    def iter_defs(self, top: str = "vllm") -> Iterator[str]:
-        """Every module-level function, class and method spec in the release (for benchmarks)."""
-        for rel in self.source.python_files(top):
-            name = module_name(rel)
-            try:
-                mod = self.module(name)
-            except SyntaxError:
-                continue
-            if mod is None:
-                continue
-            for n, b in mod.scope.names.items():
-                if isinstance(b, FUNCS):
-                    yield f"{name}:{n}"
-                elif isinstance(b, ast.ClassDef):
-                    yield f"{name}:{n}"
-                    for m, mb in self._class_scope(b, mod.package).names.items():
-                        if isinstance(mb, FUNCS):
-                            yield f"{name}:{n}.{m}"
+        """Other places in the release that define the same class-and-member (or function) name
+        (`MovedSearch.find`: nearest package first)."""
+        return self._moved.find(spec, limit)
 
 
-__all__ = ["Definition", "DirSource", "Missing", "Source", "StaticRelease", "WheelSource", "literal_digest",
-           "open_source"]
+__all__ = ["Definition", "StaticRelease", "literal_digest"]

@@ -37,7 +37,7 @@ class Upstream:
             if source is not None:
                 return cls(StaticRelease.open(source))
             from vllm_patchkit.tools.releases import installed_root
-            from vllm_patchkit.tools.static import DirSource
+            from vllm_patchkit.upstream.static_source import DirSource
 
             root = installed_root()
             return cls(StaticRelease(DirSource(root)) if root is not None else None)

@@ -1,0 +1,91 @@
+"""The check's verdict as values: one `PatchResult` per patch, the `Report` over the set, and its
+`Finding`s (each breakage once per target, naming every patch it affects). Rendering is `render.py`'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from vllm_patchkit.upstream.findings import Breakage, BreakageKind
+
+
+@dataclass
+class PatchResult:
+    """One patch on the release. `compatible`: only differences this patch survives, against an older
+    release's pins (pin carries it forward); `stale`: the same against the release's own manifest (the
+    loader compares pins exactly, so the manifest must be re-pinned)."""
+
+    patch: str  # id@version checked (id alone when no version is pinned anywhere)
+    status: str  # ok | compatible | stale | broken | not_applicable | unpinned
+    breakages: list[Breakage] = field(default_factory=list)
+    pins_from: Optional[str] = None  # the release whose pins were compared
+    note: str = ""
+    retire: Optional[str] = None
+    file: Optional[str] = None
+
+    def as_dict(self) -> dict:
+        return {"patch": self.patch, "status": self.status, "pins_from": self.pins_from, "note": self.note,
+                "retirable": self.retire, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One breakage as reported: once per target, with every patch it affects (in check order)."""
+
+    breakage: Breakage  # as found for the first of `patches`
+    patches: tuple[str, ...]
+
+    @property
+    def kind(self) -> BreakageKind:
+        return self.breakage.kind
+
+    @property
+    def target(self) -> str:
+        return self.breakage.target
+
+    def explain(self) -> str:
+        return f"{self.breakage.explain()} — affects {', '.join(self.patches)} ({self.breakage.verdict()})"
+
+    def as_dict(self) -> dict:
+        d = self.breakage.as_dict()
+        del d["patch"]
+        return {**d, "patches": list(self.patches)}
+
+
+@dataclass
+class Report:
+    vllm: str
+    release: str
+    results: list[PatchResult]
+
+    @property
+    def breakages(self) -> list[Breakage]:
+        return [b for r in self.results for b in r.breakages]
+
+    def findings(self) -> list[Finding]:
+        """The breakages grouped by target (targets in the order first met): two patches pinned alike on
+        one target that changed are one finding naming both. Same finding: same kind and explanation."""
+        same: dict[tuple, tuple[Breakage, list[str]]] = {}
+        for b in self.breakages:
+            _, patches = same.setdefault((b.kind, b.explain(), b.breaking, b.compat), (b, []))
+            if b.patch not in patches:
+                patches.append(b.patch)
+        by_target: dict[str, list[Finding]] = {}
+        for b, patches in same.values():
+            by_target.setdefault(b.target, []).append(Finding(b, tuple(patches)))
+        return [f for group in by_target.values() for f in group]
+
+    @property
+    def failed(self) -> bool:
+        """A breaking difference, or a compatible one the release's own manifest has not re-pinned."""
+        return any(b.breaking for b in self.breakages) or any(r.status == "stale" for r in self.results)
+
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def counts(self) -> dict[str, int]:
+        out = {"ok": 0, "compatible": 0, "stale": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        out["retirable"] = sum(1 for r in self.results if r.retire)
+        return out
