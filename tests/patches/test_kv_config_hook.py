@@ -536,7 +536,7 @@ def test_v4_memory_remedy_and_auto_fit_use_the_carve(checkpoint):
 
 def test_yaml_declares_what_the_code_reads():
     doc = yaml.safe_load(YAML.read_text())
-    assert [e["name"] for e in doc["env_vars"]] == [INTERVAL_ENV]
+    assert doc["reads_env"] == [INTERVAL_ENV] and doc["feature"] == "kv-config-hook"  # declared by image-publish
     assert tuple(doc["when"]["architectures"]) == DeepseekV4Adapter.architectures
     assert doc["when"]["served_by"] == DeepseekV4Adapter.served_by
     assert doc["copies"] == ["vllm.v1.engine.core:get_kv_cache_configs"]

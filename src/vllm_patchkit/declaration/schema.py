@@ -12,6 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vllm_patchkit.declaration.kinds import DECLARATIONS, problems
+
 PATCH_ID = r"^[a-z0-9][a-z0-9._-]*$"
 TARGET = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
@@ -26,15 +28,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
-class Kind(str, Enum):
-    """How a patch changes vLLM."""
-
-    wrap = "wrap"  # implementation(wrapped, instance, args, kwargs[, ctx]), or a counted passthrough
-    replace = "replace"  # the target is replaced by the implementation
-    set = "set"  # the target attribute is set to `value`
-    env_default = "env_default"  # an env var gets a default when unset
-    refuse = "refuse"  # start-up stops with `message` when `when` holds
-    subclass = "subclass"  # `implementation` (a subclass of the target class) is selected through `config_field`
+#: How a patch changes vLLM: one member per row of declaration/kinds.py (its declarative part).
+Kind = Enum("Kind", [(d.name, d.name) for d in DECLARATIONS], type=str, module=__name__)
+Kind.__doc__ = "How a patch changes vLLM (declaration/kinds.py: what each kind needs and takes)."
 
 
 class Process(str, Enum):
@@ -255,64 +251,35 @@ class Patch(Strict):
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":
         k = self.kind
-        need_target = k in (Kind.wrap, Kind.replace, Kind.set, Kind.subclass)
-        if need_target and self.target is None:
-            raise ValueError(f"kind {k.value!r} needs 'target'")
-        if k in (Kind.replace, Kind.subclass) and self.implementation is None:
-            raise ValueError(f"kind {k.value!r} needs 'implementation'")
-        if k is Kind.subclass:
-            if self.config_field is None:
-                raise ValueError("kind 'subclass' needs 'config_field' (the VllmConfig field that selects the class, "
-                                 "e.g. scheduler_config.scheduler_cls)")
-            if not self.overrides:
-                raise ValueError("kind 'subclass' needs a non-empty 'overrides' (the target's methods the "
-                                 "implementation overrides)")
-            if "." in self.target.partition(":")[2]:
-                raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
-                                 f"{self.target!r}")
-            if len(set(self.overrides)) != len(self.overrides):
-                raise ValueError(f"'overrides' names a method twice: {self.overrides}")
-        else:
-            if self.config_field is not None:
-                raise ValueError(f"'config_field' is only for kind subclass, not {k.value!r}")
-            if self.overrides:
-                raise ValueError(f"'overrides' is only for kind subclass, not {k.value!r}")
-        if k is Kind.env_default and self.env_default is None:
-            raise ValueError("kind 'env_default' needs 'env_default: {name, value}'")
-        if k is not Kind.env_default and self.env_default is not None:
-            raise ValueError(f"'env_default' is only for kind env_default, not {k.value!r}")
-        if k is Kind.refuse and not self.message:
-            raise ValueError("kind 'refuse' needs 'message'")
-        if k is Kind.set and self.implementation is not None:
-            raise ValueError("kind 'set' takes 'value', not 'implementation'")
-        if k is not Kind.set and self.value is not None:
-            raise ValueError(f"'value' is only for kind set, not {k.value!r}")
-        if k is not Kind.set and self.value_from is not None:
-            raise ValueError(f"'value_from' is only for kind set, not {k.value!r}")
+        # fields with their own words first (what they are for, beyond which kind takes them)
         if self.instances and (k not in (Kind.wrap, Kind.set) or self.target is None
                                or "." not in self.target.partition(":")[2]):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
             self._check_inherited_from()
-        if self.value is not None and self.value_from is not None:
-            raise ValueError("give 'value' or 'value_from', not both")
         if self.params and (k is not Kind.wrap or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
+        if self.observer and (k is not Kind.wrap or self.when.needs_config() or self.when.vllm is not None):
+            raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
+                             "(it runs before anything about the model is known)")
+        found = problems(k.value, {f: getattr(self, f) for f in self.model_fields})
+        if found:
+            raise ValueError("; ".join(found))
+        if k is Kind.subclass:
+            if "." in self.target.partition(":")[2]:
+                raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
+                                 f"{self.target!r}")
+            if len(set(self.overrides)) != len(self.overrides):
+                raise ValueError(f"'overrides' names a method twice: {self.overrides}")
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("give 'value' or 'value_from', not both")
         if len(set(self.params)) != len(self.params):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
-        if self.copies and k not in (Kind.wrap, Kind.replace):
-            raise ValueError("'copies' only make sense for wrap/replace")
-        if self.reimplements is not None and k not in (Kind.wrap, Kind.replace, Kind.subclass):
-            raise ValueError(f"'reimplements' is for kinds wrap, replace and subclass (code that stands in for an "
-                             f"upstream body), not {k.value!r}")
         if self.reimplements and len(set(self.reimplements)) != len(self.reimplements):
             raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
-        if self.observer and (k is not Kind.wrap or self.when.needs_config() or self.when.vllm is not None):
-            raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
-                             "(it runs before anything about the model is known)")
         return self
 
     def _check_inherited_from(self) -> None:

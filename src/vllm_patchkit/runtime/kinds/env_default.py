@@ -13,3 +13,6 @@ class EnvDefault(PatchKind):
     def apply(self, patch, verified, record, flush):
         applied = Applied(patch)
         return applied, {"env": set_env_default(patch, applied)}
+
+
+KIND = EnvDefault()

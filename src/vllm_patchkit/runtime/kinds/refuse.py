@@ -11,3 +11,6 @@ class Refuse(PatchKind):
 
     def not_needed(self, unmet):
         return f"refusal condition does not hold: {unmet}"
+
+
+KIND = Refuse()

@@ -41,3 +41,6 @@ class Subclass(PatchKind):
                                               f"none after {steps} steps: the overrides never run"})
             log.warning("vllm-patchkit: %s: %s is selected but vLLM never built it", record.patch,
                         patch.implementation)
+
+
+KIND = Subclass()

@@ -18,3 +18,6 @@ class Wrap(PatchKind):
         ctx = PatchContext(patch, record=record, flush=flush) if patch.implementation is not None else None
         applied = install(patch, verified.place, verified.copies, verified.impl, counting(patch), ctx)
         return applied, {"places": [place.spec for place, _ in applied.places]}
+
+
+KIND = Wrap()

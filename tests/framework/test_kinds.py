@@ -1,0 +1,70 @@
+"""One module per kind: every kind declared (declaration/kinds.py) has its runtime module of the same name and
+nothing else does; the loader runs a kind it has never heard of by name (`warn`, the worked example of
+docs/writing-a-kind.md, added as one module and one row), and the example in the doc is the code that runs."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from vllm_patchkit.declaration.errors import PatchSetErrors
+from vllm_patchkit.declaration.kinds import DECLARATIONS
+from vllm_patchkit.runtime.kinds import KINDS
+
+from .helpers import make_loader, patch_doc
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS_DIR = ROOT / "src" / "vllm_patchkit" / "runtime" / "kinds"
+
+
+def test_every_declared_kind_has_its_module_and_every_module_a_declaration():
+    modules = {p.stem for p in KINDS_DIR.glob("*.py")} - {"__init__", "base"}
+    assert modules == {d.name for d in DECLARATIONS} == set(KINDS)
+    assert all(KINDS[name].name == name for name in KINDS)
+
+
+def _warn_loader(tmp_path, env):
+    doc = patch_doc(id="slow-path", kind="warn", message="served on the slow path", processes=["frontend"],
+                    when={"env": {"PK_SLOW": "1"}})
+    return make_loader(tmp_path, {"slow_path": doc}, [{"patch": "slow-path@1", "targets": {}}])
+
+
+def test_the_worked_example_kind_runs_through_the_loader(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("PK_SLOW", "1")
+    lo = _warn_loader(tmp_path, {})
+    with caplog.at_level(logging.WARNING, logger="vllm.patchkit"):
+        lo.run_import_stage()
+    rec = lo.records["slow-path"]
+    assert (rec.state, rec.warning, rec.detail.get("warned")) == ("applied", "served on the slow path",
+                                                                 "served on the slow path")
+    assert "slow-path@1: served on the slow path" in caplog.text
+    lo.unpatch()
+
+
+def test_the_worked_example_kind_is_skipped_in_its_own_words_when_its_condition_does_not_hold(tmp_path, monkeypatch):
+    monkeypatch.delenv("PK_SLOW", raising=False)
+    lo = _warn_loader(tmp_path, {})
+    lo.run_import_stage()
+    rec = lo.records["slow-path"]
+    assert (rec.state, rec.code) == ("skipped", "precondition") and rec.reason.startswith("warning condition does not")
+    assert rec.warning is None
+
+
+def test_its_declarative_row_is_enforced_when_the_yaml_is_read(tmp_path):
+    with pytest.raises(PatchSetErrors, match="kind 'warn' needs 'message'"):
+        make_loader(tmp_path, {"w": patch_doc(id="w", kind="warn", processes=["frontend"])}, [])
+    with pytest.raises(PatchSetErrors, match="'implementation' is only for kinds wrap, replace, subclass, not 'warn'"):
+        make_loader(tmp_path, {"w": patch_doc(id="w", kind="warn", message="m", processes=["frontend"],
+                                              implementation="os:getcwd")}, [])
+
+
+def test_the_doc_shows_the_code_that_runs():
+    doc = (ROOT / "docs" / "writing-a-kind.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    assert (KINDS_DIR / "warn.py").read_text() in blocks
+    row = next(line for line in (ROOT / "src/vllm_patchkit/declaration/kinds.py").read_text().splitlines()
+               if 'KindDeclaration("warn"' in line)
+    assert any(row.strip() in b for b in blocks)
