@@ -114,7 +114,7 @@ class GriffeReader:
 
     def lookup(self, spec: str, with_digest: bool = False) -> Any:
         from vllm_patchkit.upstream import fingerprint as fp
-        from vllm_patchkit.declaration.schema import Fingerprint
+        from vllm_patchkit.declaration.pins import Fingerprint
         from vllm_patchkit.upstream.missing import Missing
         from vllm_patchkit.tools.static import literal_digest
         from vllm_patchkit.upstream.static_decorators import kind_of, returned_nested_def, sets_wrapped

@@ -82,7 +82,7 @@ def test_the_loaders_manifest_validation_refuses_it(tmp_path):
     from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
     from vllm_patchkit.declaration.manifest import load_manifests
 
-    from ..core.helpers import live_pin, patch_doc as core_doc, write_patch
+    from ..framework.helpers import live_pin, patch_doc as core_doc, write_patch
 
     kv = "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
     version = installed_vllm_version()
@@ -164,7 +164,7 @@ def test_the_loader_does_what_check_says(tmp_path, excluded):
     from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
     from vllm_patchkit.declaration.manifest import load_manifests
 
-    from ..core.helpers import patch_doc as core_doc, write_patch
+    from ..framework.helpers import patch_doc as core_doc, write_patch
 
     kv = "vllm.v1.core.kv_cache_utils:get_kv_cache_configs"
     version = installed_vllm_version()

@@ -18,7 +18,8 @@ from vllm_patchkit.upstream.findings import BreakageKind as K
 from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.upstream.compat import judge
 from vllm_patchkit.tools.releases import ReleaseError, installed_root, open_release
-from vllm_patchkit.declaration.schema import Fingerprint, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 
 from .helpers import cached_wheel_or_skip, patch_doc
@@ -239,7 +240,7 @@ def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monk
     installed release, pinned from the same release read statically)."""
     from vllm_patchkit.runtime import subclass
     from vllm_patchkit.tools.releases import installed_static
-    from vllm_patchkit.declaration.schema import ManifestEntry
+    from vllm_patchkit.declaration.pins import ManifestEntry
     from vllm_patchkit.upstream.targets import resolve
 
     (tmp_path / "inh_live.py").write_text(textwrap.dedent(OVERRIDES_INHERITED))
@@ -289,7 +290,7 @@ def test_an_init_override_is_judged_by_the_keyword_construction_vllm_makes(v031,
     naming those keywords fits (before: refused, "has no *args where the target has *args")."""
     from vllm_patchkit.upstream import callsites
     from vllm_patchkit.runtime import subclass
-    from vllm_patchkit.declaration.schema import ManifestEntry
+    from vllm_patchkit.declaration.pins import ManifestEntry
     from vllm_patchkit.upstream.targets import resolve
 
     [call] = callsites.installed(FIELD, subclass.SELECTORS[FIELD])

@@ -21,7 +21,8 @@ from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.patchsets import discover
 from vllm_patchkit.tools.pin_plan import settle_inherited
 from vllm_patchkit.tools.releases import installed_static, installed_version
-from vllm_patchkit.declaration.schema import Fingerprint, Kind, ManifestEntry
+from vllm_patchkit.declaration.schema import Kind
+from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.runtime.verify import Finding, stale_copies, verify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_misdeclared_places_get_the_same_words(judged):
 def test_every_by_value_copy_the_loader_finds_check_finds(judged):
     """The loader's stale search over this process's modules (vLLM's engine, runner, scheduler are imported by
     now) finds no holder of a target that the static reading of the release does not."""
-    from vllm_patchkit.runtime.apply import function_of
+    from vllm_patchkit.upstream.targets import function_of
     from vllm_patchkit.upstream.targets import TargetError, resolve
 
     release, rows, _ = judged

@@ -13,7 +13,7 @@ from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.upstream.sigdiff import diff_signatures
 from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
-from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 

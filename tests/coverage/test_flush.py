@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def _setup(tmp: Path) -> None:
-    from ..core.helpers import patch_doc, pinned_entry, write_manifest, write_patch
+    from ..framework.helpers import patch_doc, pinned_entry, write_manifest, write_patch
 
     (tmp / "counted_mod.py").write_text("def f(x):\n    return x + 1\n")
     sys.path.insert(0, str(tmp))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Optional, Protocol, Union
@@ -10,7 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.tools.live import note_import
-from vllm_patchkit.declaration.schema import Fingerprint
+from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
