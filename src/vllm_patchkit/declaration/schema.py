@@ -1,4 +1,4 @@
-"""The patch and manifest schemas: what a YAML file may say, and nothing else.
+"""The patch schema: what a patch YAML file may say, and nothing else (manifests: pins.py; features: features.py).
 
 Strict on purpose: an unknown key or a wrong type is a typo that would otherwise
 turn into a patch that silently does nothing.
