@@ -110,10 +110,10 @@ def test_applying_twice_changes_nothing(frontend, checkpoints, standin_registere
 
 def test_spec_decode_with_prefix_caching_refused_for_plugin_v4():
     """Judged on the configuration facts (a real speculative config needs a draft model)."""
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
     from vllm_patchkit.declaration.preconditions import unmet_at_config
 
-    patch = load_patch_set(builtin_patch_dirs()).patches["v4-spec-decode-prefix-cache-refuse@1"]
+    patch = load_patch_set(installed_sources()).patches["v4-spec-decode-prefix-cache-refuse@1"]
     facts = {"architectures": ["DeepseekV4ForCausalLM"], "served_by": {"DeepseekV4ForCausalLM": "atom.models"},
              "speculative": True, "prefix_caching": True}
     assert unmet_at_config(patch.when, facts) is None

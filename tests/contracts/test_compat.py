@@ -14,7 +14,7 @@ from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
 from vllm_patchkit.upstream.compat import judge
 from vllm_patchkit.tools.releases import open_release
 from vllm_patchkit.tools.examine import examine
-from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.schema import Kind
 
@@ -25,7 +25,7 @@ DISPATCH = "vllm.v1.worker.gpu_model_runner:GPUModelRunner._determine_batch_exec
 
 @pytest.fixture(scope="module")
 def seed():
-    sources = builtin_patch_dirs()
+    sources = installed_sources()
     ps = load_patch_set(sources)
     pins = {v: loaded.manifest for v, loaded in load_manifests(manifest_dirs(sources), ps).items()}
     return ps, pins

@@ -18,7 +18,7 @@ from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import LiveRelease
 from vllm_patchkit.upstream.installed import installed_root, installed_version
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set, manifest_dirs, parse_manifest
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set, manifest_dirs, parse_manifest
 from vllm_patchkit.tools.pin import pin_release
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
@@ -28,7 +28,7 @@ from vllm_patchkit.upstream.targets import resolve
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
 RELEASE = installed_version() or "none"
-MANIFESTS = [d / f"vllm-{RELEASE}.yaml" for d in manifest_dirs(builtin_patch_dirs())]  # every set's, for this release
+MANIFESTS = [d / f"vllm-{RELEASE}.yaml" for d in manifest_dirs(installed_sources())]  # every set's, for this release
 MANIFEST = builtin_manifest_dir() / f"vllm-{RELEASE}.yaml"
 PINS = sorted({(spec, yaml.safe_dump(pin)) for m in MANIFESTS if m.is_file()
                for e in yaml.safe_load(m.read_text())["patches"] for spec, pin in e["targets"].items()})
@@ -141,8 +141,8 @@ def test_check_live_runs_in_a_child_and_agrees(capsys):
 def test_pin_live_and_static_reproduce_the_committed_manifest(live):
     """The shipped manifest of the installed release is current, and pinning by import or from the tree gives
     the same pins."""
-    ps = load_patch_set(builtin_patch_dirs())
-    committed = read_manifests(manifest_dirs(builtin_patch_dirs()), ps)[0][RELEASE]  # every set's, merged
+    ps = load_patch_set(installed_sources())
+    committed = read_manifests(manifest_dirs(installed_sources()), ps)[0][RELEASE]  # every set's, merged
     from vllm_patchkit.tools.releases import StaticView
 
     by_import = pin_release(live, ps, {RELEASE: committed}, generated_by="test").manifest

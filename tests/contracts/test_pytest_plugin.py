@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from vllm_patchkit.upstream.installed import installed_root, installed_version
-from vllm_patchkit.declaration.declare import builtin_patch_dirs, manifest_dirs
+from vllm_patchkit.declaration.declare import installed_sources, manifest_dirs
 
 pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not installed")
 
@@ -28,7 +28,7 @@ def run_pytest(folder, *args, timeout=300):
 def shipped_manifest() -> dict:
     """The installed release's manifest as the plugin sees it: every patch set's, merged."""
     merged = {"vllm": installed_version(), "generated_by": "test (merged)", "patches": [], "not_applicable": []}
-    for d in manifest_dirs(builtin_patch_dirs()):
+    for d in manifest_dirs(installed_sources()):
         path = d / f"vllm-{installed_version()}.yaml"
         if path.exists():
             doc = yaml.safe_load(path.read_text())

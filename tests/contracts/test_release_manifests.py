@@ -12,15 +12,15 @@ from packaging.version import Version
 from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.upstream.sigdiff import diff_signatures
-from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 
 from .helpers import cached_wheel_or_skip
 
-PATCH_SET = load_patch_set(builtin_patch_dirs())
-MANIFESTS, PATHS = read_manifests(manifest_dirs(builtin_patch_dirs()), PATCH_SET)  # every set's, merged
+PATCH_SET = load_patch_set(installed_sources())
+MANIFESTS, PATHS = read_manifests(manifest_dirs(installed_sources()), PATCH_SET)  # every set's, merged
 
 
 def test_there_are_manifests_for_the_three_releases():
@@ -135,7 +135,7 @@ def test_pin_from_scratch_regenerates_the_shipped_manifests(version):
     others = {v: m for v, m in MANIFESTS.items() if v != version}
     pinned = pin_release(release, PATCH_SET, others, generated_by="x")
     by_set = split_by_set(pinned.manifest, PATCH_SET)
-    folders = {s.name: s.manifests for s in builtin_patch_dirs()}
+    folders = {s.name: s.manifests for s in installed_sources()}
     compared = 0
     for name, part in by_set.items():
         path = folders[name] / f"vllm-{version}.yaml"

@@ -31,11 +31,11 @@ def test_every_page_opens_with_do_not_edit_naming_the_command():
 
 
 def test_patch_page_covers_every_patch_and_env_page_every_declared_variable():
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
     from vllm_patchkit.declaration.knobs import KNOBS
 
     pages = generate()
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     for p in ps.patches.values():
         assert f"## {p.id}\n" in pages["patches.md"]
         assert f"`{p.id}`" in pages["manifests.md"]

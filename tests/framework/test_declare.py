@@ -118,9 +118,9 @@ def test_manifest_unknown_patch_and_missing_pin(tmp_path):
 
 
 def test_shipped_patch_set_and_manifests_load():
-    from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs
+    from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources
 
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     ms = load_manifests([builtin_manifest_dir()], ps)
     assert "0.31.0" in ms
     assert "breakable-cudagraph-opt-out@1" in ps.patches

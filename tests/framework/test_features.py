@@ -131,11 +131,11 @@ def test_an_edited_feature_file_is_read_again_not_served_from_the_cache(tmp_path
     path = write_feature(folder)
     write_patch(folder, "extra_probe", member("extra-probe"))
     monkeypatch.setenv("VLLM_PATCHKIT_EXTRA_PATCHES", str(folder))
-    from vllm_patchkit.runtime import loader as loader_mod
+    from vllm_patchkit.declaration import declare
 
     validated = []
-    real = loader_mod.load_patch_set
-    monkeypatch.setattr(loader_mod, "load_patch_set", lambda sources: validated.append(1) or real(sources))
+    real = declare.load_patch_set
+    monkeypatch.setattr(declare, "load_patch_set", lambda sources: validated.append(1) or real(sources))
     first = Loader.builtin(role="frontend", write_records=False)
     assert first.patch_set.patches["extra-probe@1"].upstream == "none: test feature"
     assert Loader.builtin(role="frontend", write_records=False) and len(validated) == 1  # the cache is in use

@@ -116,11 +116,11 @@ def _extra_set(tmp_path: Path, summary: str) -> Path:
 
 
 def test_patch_sets_are_validated_once_per_installation_and_again_after_an_edit(cache_dir, tmp_path, monkeypatch):
-    from vllm_patchkit.runtime import loader as loader_mod
+    from vllm_patchkit.declaration import declare
 
     folder = _extra_set(tmp_path, "first")
     monkeypatch.setenv("VLLM_PATCHKIT_EXTRA_PATCHES", str(folder))
-    validated = _count(monkeypatch, loader_mod, "load_patch_set")
+    validated = _count(monkeypatch, declare, "load_patch_set")
     first = Loader.builtin(role="frontend", write_records=False)
     assert len(validated) == 1 and first.patch_set.patches["extra-probe@1"].summary == "first"
     [entry] = list(cache_dir.glob("patchsets-*.json"))

@@ -16,7 +16,8 @@ from typing import Optional
 import yaml
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.declaration.declare import PatchSet, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
 from vllm_patchkit.declaration.manifest import load_manifests
@@ -51,7 +52,7 @@ def build_corpus() -> Corpus:
     valid by construction while other work changes the shipped manifests; one patch
     is moved to `not_applicable` so that section is mutated too.
     """
-    dirs = [s.patches for s in builtin_patch_dirs()]  # every installed set, the framework's own too
+    dirs = [s.patches for s in installed_sources()]  # every installed set, the framework's own too
     ps = load_patch_set(dirs)  # the base must be valid
     texts = {p.name: p.read_text() for d in dirs for p in sorted(d.glob("*.yaml"))}
     docs = {n: yaml.safe_load(t) for n, t in texts.items()}

@@ -3,7 +3,7 @@ it took the newest version even where that version's `when.vllm` excludes the in
 
 from __future__ import annotations
 
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools.testing.lifecycle import newest
 

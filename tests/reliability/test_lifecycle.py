@@ -31,9 +31,9 @@ def lifecycle_run(tmp_path_factory):
 
 
 def test_every_shipped_patch_has_cases():
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 
-    ps = load_patch_set([s for s in builtin_patch_dirs() if s.name in SETS])
+    ps = load_patch_set([s for s in installed_sources() if s.name in SETS])
     assert {c.patch for c in CASES} == {p.id for p in ps.patches.values()}
 
 

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from vllm_patchkit.declaration import pins, schema
-from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 
 from .conftest import COUNTS, OPS
 from .malformed import Places, run_case
@@ -46,7 +46,7 @@ SETTINGS = settings(
 
 @pytest.fixture(scope="module")
 def shipped():
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     return ps, Places(ps)
 
 

@@ -15,6 +15,7 @@ from typing import Iterable
 from pydantic import ValidationError
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.features import EnvDeclarations, complete, declare_own, read_features
 from vllm_patchkit.declaration.yaml_files import read_yaml, validation_errors
 from vllm_patchkit.declaration.schema import Patch
@@ -44,28 +45,6 @@ def parse_manifest(path: Path) -> Manifest:
         raise PatchSetErrors(validation_errors(str(path), exc, Manifest)) from None
     except RecursionError:
         raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
-
-
-@dataclass
-class PatchSet:
-    """All patch versions, by key id@version, with the file each came from."""
-
-    patches: dict[str, Patch] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)
-    set_of: dict[str, str] = field(default_factory=dict)  # key -> name of the patch set it came from
-
-    def by_id(self, patch_id: str) -> list[Patch]:
-        return [p for p in self.patches.values() if p.id == patch_id]
-
-    def requires_of(self, patch: Patch) -> list[str]:
-        """`requires` plus what its stage implies: a config-stage patch depends on the config-ready
-        point of each of its processes (the hooks marked `config_ready: true`)."""
-        out = list(patch.requires)
-        if patch.stage == "config":
-            for hook in self.patches.values():
-                if hook.config_ready and set(hook.processes) & set(patch.processes) and hook.id not in out:
-                    out.append(hook.id)
-        return out
 
 
 def _collect(errors: list, fn, *args):
@@ -151,7 +130,7 @@ def load_patch_set(dirs: Iterable) -> PatchSet:
     return ps
 
 
-def builtin_patch_dirs() -> list:
+def installed_sources() -> list:
     """Every installed patch set (the framework's own first), as sources `load_patch_set` reads."""
     from vllm_patchkit.declaration.patchsets import discover
 

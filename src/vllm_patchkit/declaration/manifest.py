@@ -10,7 +10,7 @@ from typing import Optional
 
 from packaging.version import Version
 
-from vllm_patchkit.declaration.declare import PatchSet, parse_manifest, _collect
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.pins import Manifest
 
@@ -78,6 +78,9 @@ def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[
     release adds its entries (a plugin pinning its own patches). Every error names
     the file and the entry's index within that file (never an index into the merged list).
     """
+    # reading files (YAML) is the cold path: a process served from the start-up cache never imports it
+    from vllm_patchkit.declaration.declare import _collect, parse_manifest
+
     if isinstance(directories, (str, Path)):
         directories = [Path(directories)]
     errors: list[DeclarationError] = []

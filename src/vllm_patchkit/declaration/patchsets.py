@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.schema import Patch
 
 GROUP = "vllm_patchkit.patch_sets"
 EXTRA_ENV = "VLLM_PATCHKIT_EXTRA_PATCHES"
@@ -129,3 +130,25 @@ def discover(names: Optional[Iterable[str]] = None, *, with_env: bool = True) ->
                                    f"no such patch set (installed: {', '.join(s.name for s in sources)})")
         sources = [s for s in sources if s.name in wanted or s.name == CORE]
     return check_sources(sources)
+
+
+@dataclass
+class PatchSet:
+    """What the sets hold once read: all patch versions, by key id@version, with the file and set each came from."""
+
+    patches: dict[str, Patch] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    set_of: dict[str, str] = field(default_factory=dict)  # key -> name of the patch set it came from
+
+    def by_id(self, patch_id: str) -> list[Patch]:
+        return [p for p in self.patches.values() if p.id == patch_id]
+
+    def requires_of(self, patch: Patch) -> list[str]:
+        """`requires` plus what its stage implies: a config-stage patch depends on the config-ready
+        point of each of its processes (the hooks marked `config_ready: true`)."""
+        out = list(patch.requires)
+        if patch.stage == "config":
+            for hook in self.patches.values():
+                if hook.config_ready and set(hook.processes) & set(patch.processes) and hook.id not in out:
+                    out.append(hook.id)
+        return out

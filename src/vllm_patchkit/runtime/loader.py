@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
-from vllm_patchkit.declaration.declare import PatchSet, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
 from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held, version_matches
@@ -114,6 +114,9 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
         if cached is not None:
             loader = cls(cached[0], cached[1], role=role, **kw)
         else:
+            # the cold path: read and validate the YAML (a process served from the start-up cache never imports it)
+            from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
+
             sources = discover(sets, with_env=with_env)
             ps = load_patch_set(sources)
             dirs = manifest_dirs(sources)

@@ -8,16 +8,16 @@ environment, so records of an older run never mix with a newer one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_patchkit.upstream.files import ensure_dir
 
@@ -49,13 +49,30 @@ APPLIED, SKIPPED, FAILED, REFUSED, PENDING = State.applied, State.skipped, State
 NOT_IMPORTED = State.not_imported
 
 
-class _Record(BaseModel):
-    # Records are mutated in place by the loader (no validation per assignment: the hot path is
-    # a counter copy); they are validated when read back, by this same code.
-    model_config = ConfigDict(extra="ignore", use_enum_values=False)
+def jsonable(value: Any) -> Any:
+    """Plain JSON data: enums as their values, tuples and sets as lists, anything else a patch put in `detail` as
+    its str (what `status` reads back)."""
+    if isinstance(value, Enum):
+        return jsonable(value.value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return jsonable(dump(mode="json"))
+    return str(value)
 
 
-class PatchRecord(_Record):
+# Records are plain dataclasses, mutated in place by the loader (a counter copy is the hot path) and written as
+# JSON: nothing of pydantic on the start-up path. They are validated when read back (`ProcessRecord.from_json`,
+# pydantic's TypeAdapter over these same classes, built on the first read).
+@dataclass(kw_only=True)
+class PatchRecord:
     """What happened to one patch in one process, with the evidence."""
 
     patch: str  # id@version
@@ -69,10 +86,10 @@ class PatchRecord(_Record):
     reason: str = ""
     expected: Any = None
     found: Any = None
-    findings: list[dict] = Field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)
     expected_calls: str = "never_counted"
     calls: int = 0
-    detail: dict = Field(default_factory=dict)
+    detail: dict = field(default_factory=dict)
     warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, ...)
     at: float = 0.0
 
@@ -82,7 +99,8 @@ class PatchRecord(_Record):
         return self
 
 
-class ProcessRecord(_Record):
+@dataclass(kw_only=True)
+class ProcessRecord:
     """One process's records; one JSON file per process (see module docstring)."""
 
     schema_version: int = SCHEMA_VERSION
@@ -94,7 +112,7 @@ class ProcessRecord(_Record):
     manifest: Optional[str] = None
     started: float
     updated: float = 0.0
-    config: dict = Field(default_factory=dict)
+    config: dict = field(default_factory=dict)
     steps: Optional[int] = None  # calls of this process's step-counting core patch, if any
     exited: bool = False  # True once the last flush ran at interpreter exit
     # identity, to tell this process from a later one with the same pid (written by the plugin's flusher;
@@ -110,22 +128,31 @@ class ProcessRecord(_Record):
     # front end only: a requested stop of the server (SIGTERM/SIGINT): {"signal", "at", "alive": [pids of the run
     # alive at that moment]}; processes that vanish after it were stopped with the run, not crashed
     shutdown: Optional[dict] = None
-    patches: list[PatchRecord] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)  # process-level: no manifest pins this release, nearest used
+    patches: list[PatchRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # process-level: no manifest pins this release, nearest used
     error: Optional[str] = None  # why start-up stopped here (declaration error, refusal, required failure)
     # counters of a plugin's own components that are not patches (its copier, a stand-in executor):
     # source -> name -> count, added with `vllm_patchkit.runtime.state.count`
-    counters: dict[str, dict[str, int]] = Field(default_factory=dict)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""
-        return self.model_dump(mode="json", fallback=str)
+        return jsonable(self)
 
     @classmethod
     def from_json(cls, data: Any) -> "ProcessRecord":
-        """Read a record file's content back (raises pydantic.ValidationError on a malformed one)."""
-        return cls.model_validate(data)
+        """Read a record file's content back (raises pydantic.ValidationError on a malformed one; unknown keys
+        are ignored, so a newer writer's additions do not stop an older reader)."""
+        global _READER
+        if _READER is None:
+            from pydantic import TypeAdapter
+
+            _READER = TypeAdapter(cls)
+        return _READER.validate_python(data)
+
+
+_READER: Any = None
 
 
 def default_status_dir() -> Path:

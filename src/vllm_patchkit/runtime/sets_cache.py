@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
-from vllm_patchkit.declaration.declare import PatchSet
-from vllm_patchkit.declaration.features import FOLDER as FEATURES
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
@@ -103,6 +102,8 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> No
         if not_json:
             cache.report(f"cache: not written: {name}: {', '.join(not_json)} does not come back from JSON unchanged")
             return
+        from vllm_patchkit.declaration.features import FOLDER as FEATURES
+
         features = {str(Path(s.patches) / FEATURES) for s in sources if (Path(s.patches) / FEATURES).is_dir()}
         folders = sorted({str(s.patches) for s in sources} | features | {str(d) for d in dirs})
         files = sorted({f for s in sources for f in getattr(s, "inputs", ())})

@@ -35,7 +35,7 @@ from packaging.version import Version
 
 from vllm_patchkit.tools import live
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.baseline import Baseline, exact, older_entry, pinned_release, with_source_diffs
 from vllm_patchkit.tools.command_args import add_release_args, patch_set_and_manifest_dir
 from vllm_patchkit.tools.examine import examine, set_on_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.releases import WHEEL_CACHE_ENV
 
 

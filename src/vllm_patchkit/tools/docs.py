@@ -12,7 +12,8 @@ from typing import Optional
 
 from packaging.version import Version
 
-from vllm_patchkit.declaration.declare import PatchSet, load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.knobs import KNOBS
 from vllm_patchkit.declaration.manifest import Loaded, load_manifests
 from vllm_patchkit.declaration.schema import Patch

@@ -16,7 +16,7 @@ from typing import Optional, Union
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.upstream.compat import judge_all
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.releases import LiveRelease, Release, StaticView
 from vllm_patchkit.declaration.schema import Kind, Patch
 from vllm_patchkit.declaration.pins import Fingerprint

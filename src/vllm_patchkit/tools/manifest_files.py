@@ -9,7 +9,8 @@ from typing import Optional
 
 import yaml
 
-from vllm_patchkit.declaration.declare import PatchSet, parse_manifest
+from vllm_patchkit.declaration.declare import parse_manifest
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import PatchkitError
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.pins import Fingerprint, Manifest

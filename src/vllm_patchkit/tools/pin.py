@@ -48,7 +48,7 @@ from vllm_patchkit.tools.manifest_files import dump_fingerprint, read_manifests,
 from vllm_patchkit.tools.pin_plan import examine_settled, plan_patch
 from vllm_patchkit.tools.releases import Release, ReleaseError, StaticView, open_release
 from vllm_patchkit.upstream.findings import BreakageKind
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchkitError
 from vllm_patchkit.declaration.pins import Manifest, ManifestEntry, NotApplicable
 from vllm_patchkit.declaration.preconditions import version_matches

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from vllm_patchkit.declaration.declare import PatchSet
+from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.preconditions import version_matches
 from vllm_patchkit.declaration.schema import Kind
 from vllm_patchkit.declaration.pins import Fingerprint, Manifest, ManifestEntry, NotApplicable

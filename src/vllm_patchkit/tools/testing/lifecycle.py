@@ -112,7 +112,7 @@ class PatchLifecycle:
 
     def loader(self):
         """A new Loader holding only the patch, what it requires, and their manifest entries."""
-        from vllm_patchkit.declaration.declare import PatchSet
+        from vllm_patchkit.declaration.patchsets import PatchSet
         from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
         from vllm_patchkit.declaration.manifest import select
 
