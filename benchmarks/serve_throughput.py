@@ -366,10 +366,10 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
     from vllm_patchkit.upstream.targets import function_of
     from vllm_patchkit.runtime.context import live_target
     from vllm_patchkit.upstream.convention import wrap_takes_context
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
     from vllm_patchkit.upstream.targets import Place, resolve
 
-    pset = load_patch_set(builtin_patch_dirs())
+    pset = load_patch_set(installed_sources())
     images = any(r["patch"].startswith("image-publish@") and r["detail"].get("layout") for r in rows)
     wanted = sorted({r["patch"] for r in rows if r["calls"] > 0})
     timers, plan = {}, {}

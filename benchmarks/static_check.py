@@ -33,7 +33,7 @@ from vllm_patchkit.tools.check import check
 from vllm_patchkit.tools.examine import target_specs
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import StaticView, cached_wheel
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     if args.corpus:
         return corpus(Path(wheel), args.corpus, max(1, args.repeat))
 
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     manifests, paths = read_manifests(builtin_manifest_dir(), ps)
     targets = sorted({s for p in ps.patches.values() for s in target_specs(p)})
 

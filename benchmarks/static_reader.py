@@ -48,10 +48,10 @@ def _specs() -> list[str]:
     import yaml
 
     from vllm_patchkit.tools.examine import target_specs
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
     from vllm_patchkit.declaration.patchsets import installed_sets
 
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     specs = {s for p in ps.patches.values() for s in target_specs(p)}
     for pset in installed_sets():
         for f in sorted(Path(pset.manifests).glob("vllm-*.yaml")) if pset.manifests else []:

@@ -106,11 +106,11 @@ def _wrap(impl: str, **extra) -> Patch:
 def test_problems_for_reads_the_implementation_statically(pkg):
     assert problems_for(_wrap(f"{pkg}.impl:wrapper", params=["b"]), "(a, b=1)", target_kind="function") == []
     [p] = problems_for(_wrap(f"{pkg}.impl:wrapper", params=["c"]), "(a, b=1)", target_kind="function")
-    assert (p.code, p.parameter) == ("unknown_param", "c")
+    assert (p.code, p.where) == ("unknown_param", "c")
     [p] = problems_for(_wrap(f"{pkg}.broken:f"), "(a, b=1)")
-    assert p.code == "implementation" and "cannot be read: SyntaxError" in p.message
+    assert p.code == "implementation" and "cannot be read: SyntaxError" in p.reason
     [p] = problems_for(_wrap(f"{pkg}.impl:NOT_CALLABLE"), "(a, b=1)")
-    assert p.code == "implementation" and "not callable" in p.message
+    assert p.code == "implementation" and "not callable" in p.reason
     [p] = problems_for(_wrap("not_installed_here.mod:f"), "(a, b=1)")
     assert p.code == "implementation_missing"
 

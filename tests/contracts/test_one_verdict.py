@@ -23,7 +23,8 @@ from vllm_patchkit.tools.pin_plan import settle_inherited
 from vllm_patchkit.tools.releases import installed_static, installed_version
 from vllm_patchkit.declaration.schema import Kind
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
-from vllm_patchkit.runtime.verify import Finding, stale_copies, verify
+from vllm_patchkit.upstream.findings import Finding
+from vllm_patchkit.runtime.verify import stale_copies, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None

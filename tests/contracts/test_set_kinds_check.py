@@ -26,7 +26,8 @@ from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.releases import ReleaseError, installed_root, installed_static, installed_version, open_release
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
-from vllm_patchkit.runtime.verify import Finding, verify
+from vllm_patchkit.upstream.findings import Finding
+from vllm_patchkit.runtime.verify import verify
 
 from .helpers import cached_wheel_or_skip, patch_doc, release, write_patches, write_tree
 

@@ -20,6 +20,7 @@ import yaml
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream.convention import problems, problems_for
+from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.targets import resolve
 
@@ -45,7 +46,7 @@ def real_signature(spec: str) -> str:
 
 
 def codes(found):
-    return [(p.code, p.parameter) for p in found]
+    return [(p.code, p.where) for p in found]
 
 
 # -- the two historical bugs, on the real targets ---------------------------------------------------
@@ -67,7 +68,7 @@ def test_postprocess_sampled_replacement_renaming_sampled_tokens_and_requiring_q
     found = problems(postprocess_sampled, real_signature(POST), kind="replace",
                      name="plugin.runner:postprocess_sampled", target_kind="method")
     assert codes(found) == [("renamed", "sampled_tokens"), ("made_required", "query_start_loc")]
-    assert [p.message for p in found] == [
+    assert [p.reason for p in found] == [
         "implementation plugin.runner:postprocess_sampled renamed parameter 'sampled_tokens' to 'tokens' "
         "(position 2): vLLM's keyword call sampled_tokens=... raises TypeError",
         "implementation plugin.runner:postprocess_sampled makes parameter 'query_start_loc' required (the target's "
@@ -94,10 +95,10 @@ def test_pool_bytes_replacement_of_the_wrong_arity_is_caught():
 
     found = problems(pool_bytes, real_signature(POOL), kind="replace", name="plugin.kv:pool_bytes")
     assert codes(found) == [("reordered", "kv_cache_groups"), ("extra_required", "vllm_config")]
-    assert found[0].message == (
+    assert found[0].reason == (
         "implementation plugin.kv:pool_bytes takes 'vllm_config' at position 0 where the target takes "
         "'kv_cache_groups': vLLM's positional call binds the value of 'kv_cache_groups' to 'vllm_config'")
-    assert found[1].message == (
+    assert found[1].reason == (
         "implementation plugin.kv:pool_bytes requires parameter 'vllm_config', which the target does not have: "
         "vLLM never passes it, so every call raises TypeError")
 
@@ -111,7 +112,7 @@ def test_pool_bytes_replacement_taking_one_argument_where_vllm_passes_two_is_cau
     assert problems(pool_bytes, real_signature(POOL), kind="replace") == []  # right for 0.31
     found = problems(pool_bytes, POOL_ON_0_32, kind="replace", name="plugin.kv:pool_bytes")
     assert codes(found) == [("dropped", "vllm_config"), ("reordered", "vllm_config")]
-    assert found[0].message == (
+    assert found[0].reason == (
         "implementation plugin.kv:pool_bytes does not accept parameter 'vllm_config' (the target takes it at "
         "position 0): vLLM's call passing it raises TypeError")
 
@@ -240,7 +241,7 @@ def test_messages_name_the_parameter_and_the_call_that_breaks():
     by: dict[str, str] = {}
     for f in (f_renamed_kw, f_dropped, f_star_only, f_star_and_names, f_extra_positional, f_extra):
         for p in problems(f, TARGET, kind="replace", name="x:f"):
-            by.setdefault(p.code, p.message)
+            by.setdefault(p.code, p.reason)
     assert by["renamed"] == ("implementation x:f renamed parameter 'b' to 'bee' (position 1): vLLM's keyword call "
                              "b=... lands in **kw and leaves 'bee' unset (TypeError)")
     assert by["dropped"] == ("implementation x:f does not accept parameter 'b' (the target takes it at position 1, "
@@ -269,9 +270,9 @@ def test_query_start_loc_only_through_star_args_is_not_accepted_by_keyword():
 
     found = problems(postprocess_sampled, real_signature(POST), kind="replace", name="vllm_patchkit.x:f",
                      target_kind="method")
-    assert [p.parameter for p in found] == ["idx_mapping", "sampled_tokens", "num_sampled", "num_rejected",
+    assert [p.where for p in found] == ["idx_mapping", "sampled_tokens", "num_sampled", "num_rejected",
                                             "query_start_loc"]  # never 'self': Python binds it
-    assert found[-1].message == (
+    assert found[-1].reason == (
         "implementation vllm_patchkit.x:f does not accept parameter 'query_start_loc' by keyword (the target takes "
         "it, default None): vLLM's keyword call raises TypeError")
 
@@ -313,14 +314,14 @@ def test_problems_for_serves_the_check_command(impl_module):
     base = dict(patch_doc(id="pool", kind="wrap", target=POOL, processes=["engine_core"]))
     patch = Patch.model_validate({**base, "implementation": f"{mod}:pool_bytes", "params": ["vllm_config"]})
     found = problems_for(patch, "(kv_cache_groups)")
-    assert [(p.code, p.parameter) for p in found] == [("unknown_param", "vllm_config")]
-    assert all(isinstance(p, convention.Problem) and str(p) == p.message for p in found)
+    assert [(p.code, p.where) for p in found] == [("unknown_param", "vllm_config")]
+    assert all(isinstance(p, Finding) and str(p) == p.reason for p in found)
     assert problems_for(patch, None) == []
     assert problems_for(Patch.model_validate(base), "(kv_cache_groups)") == []  # a passthrough: nothing to judge
     gone = problems_for(Patch.model_validate({**base, "implementation": f"{mod}:nope"}), "(kv_cache_groups)")
-    assert [p.code for p in gone] == ["implementation"] and "nope" in gone[0].message
+    assert [p.code for p in gone] == ["implementation"] and "nope" in gone[0].reason
     odd = problems_for(Patch.model_validate({**base, "implementation": f"{mod}:NOT_CALLABLE"}), "(kv_cache_groups)")
-    assert [p.code for p in odd] == ["implementation"] and "not callable" in odd[0].message
+    assert [p.code for p in odd] == ["implementation"] and "not callable" in odd[0].reason
 
 
 # -- a wrap: the shape, and the declared params --------------------------------------------------
@@ -345,7 +346,7 @@ def test_wrap_shape_is_four_or_five_positional_parameters(impl, shape):
 
 def test_the_old_original_first_form_is_a_shape_problem():
     [p] = problems(w_old, TARGET, name="x:f")
-    assert p.message == ("implementation x:f cannot be called as impl(wrapped, instance, args, kwargs) or "
+    assert p.reason == ("implementation x:f cannot be called as impl(wrapped, instance, args, kwargs) or "
                          "impl(wrapped, instance, args, kwargs, ctx): a wrap takes exactly 4 positional parameters, "
                          "or 5 to get the context; its signature is (original, *args, **kwargs)")
 
@@ -355,10 +356,10 @@ def test_declared_params_must_be_parameters_of_the_target():
     assert problems(w_five, sig, params=["sampled_tokens", "query_start_loc"], target_kind="method") == []
     found = problems(w_five, sig, params=["tokens", "self"], target_kind="method", patch="pp@1")
     assert codes(found) == [("unknown_param", "tokens"), ("unknown_param", "self")]
-    assert found[0].message == (
+    assert found[0].reason == (
         "patch pp@1 declares parameter 'tokens' in `params`, but the target's signature (self, idx_mapping, "
         "sampled_tokens, num_sampled, num_rejected, query_start_loc=None) has no such parameter")
-    assert found[1].message.endswith("(the instance is `instance`, not a parameter)")
+    assert found[1].reason.endswith("(the instance is `instance`, not a parameter)")
     assert problems(w_five, TARGET, params=["a", "c"]) == []  # positional and keyword-only alike
     assert codes(problems(w_five, TARGET, params=["rest", "kw"])) == [("unknown_param", "rest"),
                                                                     ("unknown_param", "kw")]

@@ -19,7 +19,8 @@ from vllm_patchkit.tools.releases import installed_static
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.missing import Missing
-from vllm_patchkit.runtime.verify import Finding, verify
+from vllm_patchkit.upstream.findings import Finding
+from vllm_patchkit.runtime.verify import verify
 
 from .helpers import make_loader, patch_doc
 

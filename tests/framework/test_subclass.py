@@ -315,7 +315,7 @@ def test_the_overridden_base_methods_are_pinned(my_scheduler):
 
 @pytest.mark.parametrize("extra, words", [
     ({"config_field": None}, "needs 'config_field'"),
-    ({"overrides": []}, "non-empty 'overrides'"),
+    ({"overrides": []}, "needs 'overrides' \\(a non-empty list"),
     ({"target": f"{BASE}.schedule"}, "to name a class"),
     ({"implementation": None}, "needs 'implementation'"),
     ({"overrides": ["schedule", "schedule"]}, "names a method twice"),

@@ -29,11 +29,12 @@ def main() -> None:
 
     from vllm_patchkit.adapters import REGISTRY, CheckpointSpec, ModelAdapter
     from vllm_patchkit.runtime.context import PatchContext
-    from vllm_patchkit.declaration.declare import builtin_patch_dirs, load_patch_set, manifest_dirs
+    from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
     from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
     from vllm_patchkit.declaration.manifest import load_manifests
     from vllm_patchkit.patches import kv_config_hook as hook
-    from vllm_patchkit.runtime.verify import Finding, verify
+    from vllm_patchkit.upstream.findings import Finding
+    from vllm_patchkit.runtime.verify import verify
 
     class ToyAdapter(ModelAdapter):
         name = "Toy"
@@ -62,7 +63,7 @@ def main() -> None:
             out[name] = MambaSpec(block_size=BS, shapes=((PAGE,),), dtypes=(torch.uint8,), mamba_cache_mode="align")
         return out
 
-    sources = builtin_patch_dirs()
+    sources = installed_sources()
     ps = load_patch_set(sources)
     manifests = load_manifests(manifest_dirs(sources), ps)
     v2 = ps.patches["kv-config-hook@2"]

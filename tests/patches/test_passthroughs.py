@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, builtin_patch_dirs, load_patch_set
+from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.manifest import load_manifests
@@ -131,7 +131,7 @@ def test_pool_bytes_skipped_outside_engine_core(tmp_path):
 def test_changed_arity_is_caught_by_the_pin_not_by_a_crash(tmp_path):
     """A release whose _pool_bytes_per_block took two arguments (as one did): the loader refuses
     to install over it and records expected vs found, instead of the first KV sizing raising."""
-    ps = load_patch_set(builtin_patch_dirs())
+    ps = load_patch_set(installed_sources())
     doc = yaml.safe_load((builtin_manifest_dir() / "vllm-0.31.0.yaml").read_text())
     (entry,) = [e for e in doc["patches"] if e["patch"] == f"{POOL}@1"]
     entry["targets"][POOL_TARGET]["signature"] = "(kv_cache_groups, vllm_config)"

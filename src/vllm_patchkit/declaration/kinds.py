@@ -40,7 +40,7 @@ GOVERNED = frozenset(f for d in DECLARATIONS for f in d.needs + d.takes) - {"tar
 #: How a missing needed field is explained, where its name alone says too little.
 HINTS = {
     "config_field": " (the VllmConfig field that selects the class, e.g. scheduler_config.scheduler_cls)",
-    "overrides": " (a non-empty list: the target's methods the implementation overrides)",
+    "overrides": " (a non-empty list of the target's methods the implementation overrides)",
     "env_default": " ({name, value})",
 }
 

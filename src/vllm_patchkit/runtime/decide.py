@@ -20,7 +20,7 @@ from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.kinds.base import Skip
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, REFUSED, SKIPPED, PatchRecord
 from vllm_patchkit.runtime.verify import Verified, verify
-from vllm_patchkit.upstream.pinned import Finding
+from vllm_patchkit.upstream.findings import Finding
 
 log = logging.getLogger("vllm.patchkit")
 

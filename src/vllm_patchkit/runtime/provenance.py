@@ -14,7 +14,7 @@ from typing import Any, Optional
 from vllm_patchkit.declaration.schema import Kind, Patch
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.runtime.wrappers import ours
-from vllm_patchkit.upstream.pinned import Finding
+from vllm_patchkit.upstream.findings import Finding
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -12,6 +12,7 @@ from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.verify import Verified, stale_copies
 from vllm_patchkit.upstream.targets import function_of, main_aliases
+from vllm_patchkit.upstream.findings import Finding
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -42,9 +43,8 @@ class StaleWatch:
             for where in places:
                 if where in seen:
                     continue
-                rec.findings.append({"code": "stale_copy", "where": where,
-                                     "reason": f"{where} holds the original by value and is not a declared copy; "
-                                               "calls through it bypass the patch"})
+                rec.findings.append(Finding("stale_copy", f"{where} holds the original by value and is not a declared "
+                                            "copy; calls through it bypass the patch", where=where).as_record())
                 log.warning("vllm-patchkit: %s: stale copy at %s (not declared in `copies`)", rec.patch, where)
                 new += 1
         return new

@@ -13,6 +13,7 @@ from vllm_patchkit.runtime.record import APPLIED, FAILED
 from vllm_patchkit.runtime.shadow import find_shadowed
 from vllm_patchkit.runtime.provenance import replaced_in_place
 from vllm_patchkit.upstream.targets import function_of
+from vllm_patchkit.upstream.findings import Finding
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -72,8 +73,8 @@ class Standing:
             if patch.instances:
                 continue  # set on each object: an override in its class is wrapped too, never shadowing it
             for used, by in find_shadowed(rec.target, in_use):
-                rec.findings.append({"code": "shadowed", "where": used, "by": by,
-                                     "reason": f"{used} uses {by}'s override, which never calls up to {rec.target}"})
+                rec.findings.append(Finding("shadowed", f"{used} uses {by}'s override, which never calls up to "
+                                            f"{rec.target}", where=used).as_record(by=by))
                 log.warning("vllm-patchkit: %s is shadowed: %s overrides %s without calling it; the patch can never run",
                             rec.patch, by, rec.target)
 

@@ -29,7 +29,8 @@ from vllm_patchkit.runtime.wrappers import MARK, ours
 from vllm_patchkit.upstream.targets import function_of
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
-from vllm_patchkit.upstream.pinned import Finding, compare as _compare
+from vllm_patchkit.upstream.findings import Finding
+from vllm_patchkit.upstream.pinned import compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve
 
 #: how vLLM turns a field into the class it builds: field path -> the config method it calls
@@ -158,7 +159,7 @@ def judge_constructor(patch: Patch, init: Any, calls=None) -> Optional[list]:
     for c in calls:
         why = callsites.accepts(sig, c)
         if why is not None:
-            out.append(convention.Problem("constructed", None, f"vLLM constructs {patch.config_field}'s class as "
+            out.append(Finding("constructed", f"vLLM constructs {patch.config_field}'s class as "
                                           f"Cls{c.text()} at {c.where}: {patch.implementation}.__init__"
                                           f"{convention.signature_text(sig)} rejects it ({why})"))
     return out

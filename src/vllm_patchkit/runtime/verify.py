@@ -19,7 +19,8 @@ from vllm_patchkit.runtime.wrappers import ours
 from vllm_patchkit.declaration.schema import Kind, Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream import misdeclared
-from vllm_patchkit.upstream.pinned import Finding, compare as _compare
+from vllm_patchkit.upstream.findings import Finding
+from vllm_patchkit.upstream.pinned import compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
 
 

@@ -17,6 +17,7 @@ from vllm_patchkit.runtime.lazy import HOOK
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING
 from vllm_patchkit.runtime.verify import Verified
 from vllm_patchkit.upstream.targets import MISSING, TargetError, function_of, resolve
+from vllm_patchkit.upstream.findings import Finding
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -106,7 +107,7 @@ class Waiting:
             held = place.get_raw()
         except TargetError as exc:
             held, place = MISSING, None
-            rec.findings.append({"code": "copy", "where": spec, "reason": f"declared copy not found: {exc}"})
+            rec.findings.append(Finding("copy", f"declared copy not found: {exc}", where=spec).as_record())
         if place is not None and held is not MISSING and held is not applied.installed:
             if function_of(held) is applied.original:
                 place.set_raw(applied.installed)
@@ -114,7 +115,7 @@ class Waiting:
                 applied.late_copies.remove(spec)
                 rec.detail.setdefault("places", []).append(spec)
             else:
-                rec.findings.append({"code": "copy", "where": spec,
-                                     "reason": f"declared copy {spec} holds a different object: {repr(held)[:120]}"})
+                rec.findings.append(Finding("copy", f"declared copy {spec} holds a different object: "
+                                            f"{repr(held)[:120]}", where=spec).as_record())
                 log.warning("vllm-patchkit: %s: declared copy %s holds a different object", rec.patch, spec)
         self.flush()

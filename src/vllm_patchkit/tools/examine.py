@@ -221,7 +221,7 @@ def _convention(patch: Patch, target: Fingerprint, impl_here: bool = True) -> li
             continue  # a loose folder of patches, not installed here: the module may well be where it serves
         kind = (BreakageKind.implementation_unimportable if p.code in ("implementation_missing", "implementation")
                 else BreakageKind.convention_mismatch)
-        out.append(Breakage(kind, patch.key, patch.target, parameter=p.parameter, new=p.code, detail=p.message))
+        out.append(Breakage(kind, patch.key, patch.target, parameter=p.where, new=p.code, detail=p.reason))
     return out
 
 

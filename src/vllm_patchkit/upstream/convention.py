@@ -12,7 +12,7 @@ keyword call from another rank, a call that leaves out a defaulted argument —
 long after the loader said "applied", so all its parameters are compared with
 the pinned signature.
 
-Every mismatch is one `Problem` value (code, parameter, message); `verify`
+Every mismatch is one `Finding` (code, where: the parameter, reason); `verify`
 turns them into a `convention` finding, and `problems_for` serves the `check`
 command.
 """
@@ -22,6 +22,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Union
+
+from vllm_patchkit.upstream.findings import Finding
 
 POSONLY, POSKW, VARPOS, KWONLY, VARKW = (
     "positional-only", "positional-or-keyword", "var-positional", "keyword-only", "var-keyword")
@@ -131,14 +133,13 @@ def _forwards_everything(sig: inspect.Signature) -> bool:
 
 
 def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, params: tuple, patch: Optional[str],
-                   target_kind: Optional[str]) -> list[Problem]:
+                   target_kind: Optional[str]) -> list[Finding]:
     """A wrap: the 4/5-parameter shape, and every declared param a parameter of the target."""
     out = []
     if wrap_takes_context(sig) is None:
-        out.append(Problem("shape", None,
-                           f"{who} cannot be called as impl(wrapped, instance, args, kwargs) or impl(wrapped, instance, "
-                           f"args, kwargs, ctx): a wrap takes exactly 4 positional parameters, or 5 to get the "
-                           f"context; its signature is {signature_text(sig)}"))
+        out.append(Finding("shape", f"{who} cannot be called as impl(wrapped, instance, args, kwargs) or "
+                                    f"impl(wrapped, instance, args, kwargs, ctx): a wrap takes exactly 4 positional "
+                                    f"parameters, or 5 to get the context; its signature is {signature_text(sig)}"))
     if params:
         target = _signatures().parse_signature(target_signature)
         if target is None:
@@ -150,17 +151,16 @@ def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, para
             names = [n for n in names if n != first.name]  # the instance: `instance`, never a declared parameter
         for name in params:
             if name not in names:
-                out.append(Problem("unknown_param", name,
-                                   f"patch {patch or '?'} declares parameter '{name}' in `params`, but the target's "
-                                   f"signature {target_signature} has no such parameter"
+                out.append(Finding("unknown_param", f"patch {patch or '?'} declares parameter '{name}' in `params`, "
+                                   f"but the target's signature {target_signature} has no such parameter"
                                    + (" (the instance is `instance`, not a parameter)"
-                                      if target and name == target[0].name else "")))
+                                      if target and name == target[0].name else ""), where=name))
     return out
 
 
 def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind: str = "wrap",
              name: Optional[str] = None, target_kind: Optional[str] = None, params: Union[tuple, list] = (),
-             patch: Optional[str] = None) -> list[Problem]:
+             patch: Optional[str] = None) -> list[Finding]:
     """Every way the implementation would reject (or misbind) a call the target accepts.
 
     `impl`: the implementation callable, or its `inspect.Signature`; `kind`: "wrap" (called as
@@ -187,9 +187,9 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind
     return _compare(who, target, _params(sig), target_kind)
 
 
-def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Problem]:
-    out: list[Problem] = []
-    add = lambda code, param, msg: out.append(Problem(code, param, f"{who} {msg}"))  # noqa: E731
+def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Finding]:
+    out: list[Finding] = []
+    add = lambda code, param, msg: out.append(Finding(code, f"{who} {msg}", where=param))  # noqa: E731
     t_pos = [p for p in target if p.positional]
     t_names = {p.name for p in target if p.kind not in (VARPOS, VARKW)}
     t_var = next((p for p in target if p.kind == VARPOS), None)
@@ -319,7 +319,7 @@ def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> 
 
 
 def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None,
-                 static: bool = True) -> list[Problem]:
+                 static: bool = True) -> list[Finding]:
     """The convention problems of a patch's implementation against its target's signature (for `check`, `pin`).
 
     Empty for a patch with no implementation (a verbatim passthrough), a kind other than wrap/replace,
@@ -341,9 +341,9 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
             d = impl_static.read(patch.implementation)
             sig = impl_static.call_signature(d)
         except impl_static.ImplUnreadable as exc:
-            return [Problem("implementation_missing" if exc.missing else "implementation", None, str(exc))]
+            return [Finding("implementation_missing" if exc.missing else "implementation", str(exc))]
         if d.callable is False or d.kind == "module":
-            return [Problem("implementation", None, f"implementation {patch.implementation} is not callable "
+            return [Finding("implementation", f"implementation {patch.implementation} is not callable "
                                                     f"({'a module' if d.kind == 'module' else 'a literal value'})")]
         if sig is None:
             return []
@@ -354,17 +354,17 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
     try:
         impl = load_object(patch.implementation)
     except TargetError as exc:
-        return [Problem("implementation", None, f"implementation {patch.implementation}: {exc}")]
+        return [Finding("implementation", f"implementation {patch.implementation}: {exc}")]
     if not callable(impl):
-        return [Problem("implementation", None,
-                        f"implementation {patch.implementation} is not callable ({type(impl).__name__})")]
+        return [Finding("implementation", f"implementation {patch.implementation} is not callable "
+                                          f"({type(impl).__name__})")]
     return problems(impl, target_signature, kind=patch.kind.value, name=patch.implementation, target_kind=target_kind,
                     params=patch.params, patch=patch.key)
 
 
-def reason(found: list[Problem]) -> str:
+def reason(found: list[Finding]) -> str:
     """One line for a record: the first problem first, every other one after it."""
-    return "; ".join(p.message for p in found)
+    return "; ".join(p.reason for p in found)
 
 
-__all__ = ["CODES", "Problem", "problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]
+__all__ = ["CODES", "problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]

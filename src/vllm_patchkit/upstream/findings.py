@@ -1,13 +1,14 @@
-"""Breakages: one incompatibility between a patch's pin and a release, as a value.
+"""Findings: what is found about a patch, as values, in one vocabulary from start-up to CI.
 
-The one findings vocabulary of the project: start-up (verify), records, `check`,
-`pin` and the pytest items all report these objects and their `explain()` words;
-rendering them is somebody else's job (griffe's `Breakage` habit).
+A `Finding` is one thing found (a code, why in words, where, what was expected and found) and carries the
+`Breakage`s behind it: one incompatibility between a patch's pin and a release each, with its `explain()` words.
+Start-up (verify, the kinds, the after-apply checks), records, `check`, `pin` and the pytest items all report
+these; rendering them is somebody else's job (griffe's `Breakage` habit).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
@@ -168,4 +169,29 @@ class Breakage:
              "compat": self.compat}
         if self.diff is not None:  # source_changed only: the copied body's diff
             d["diff"] = self.diff
+        return d
+
+
+@dataclass
+class Finding:
+    """One thing found about a patch: why it cannot apply (verify), a call convention it breaks, a copy that
+    bypasses it, a place where it no longer stands. Goes into the patch's record as `as_record()`."""
+
+    code: str
+    reason: str
+    expected: Any = None
+    found: Any = None
+    breakages: list = field(default_factory=list)  # the `Breakage`s behind it, as `check` reports them
+    where: Optional[str] = None  # the place (module:Qualname) or the parameter it is about
+
+    def __str__(self) -> str:
+        return self.reason
+
+    def as_record(self, **extra: Any) -> dict:
+        """The finding as a record carries it (JSON): code, where, reason, and what else the finding names."""
+        d = {"code": self.code}
+        if self.where is not None:
+            d["where"] = self.where
+        d.update(extra)
+        d["reason"] = self.reason
         return d

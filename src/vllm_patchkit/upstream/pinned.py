@@ -4,20 +4,11 @@ compat)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.declaration.pins import Fingerprint
-
-
-@dataclass
-class Finding:
-    code: str
-    reason: str
-    expected: Any = None
-    found: Any = None
-    breakages: list = field(default_factory=list)  # the same `Breakage` values `check` reports, when there are any
 
 
 def compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,

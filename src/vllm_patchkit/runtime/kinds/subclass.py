@@ -7,7 +7,7 @@ import logging
 
 from vllm_patchkit.runtime import subclass
 from vllm_patchkit.runtime.kinds.base import PatchKind, Skip, counting
-from vllm_patchkit.upstream.pinned import Finding
+from vllm_patchkit.upstream.findings import Finding
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -36,9 +36,9 @@ class Subclass(PatchKind):
         record.detail["built"] = applied.counter.calls if applied.places else "not counted"
         if (steps and applied.places and applied.counter.calls == 0
                 and not any(f.get("code") == "not_built" for f in record.findings)):
-            record.findings.append({"code": "not_built", "where": patch.implementation,
-                                    "reason": f"{patch.config_field} selects {patch.implementation}, but vLLM built "
-                                              f"none after {steps} steps: the overrides never run"})
+            record.findings.append(Finding("not_built", f"{patch.config_field} selects {patch.implementation}, but "
+                                           f"vLLM built none after {steps} steps: the overrides never run",
+                                           where=patch.implementation).as_record())
             log.warning("vllm-patchkit: %s: %s is selected but vLLM never built it", record.patch,
                         patch.implementation)
 
