@@ -33,7 +33,7 @@ INSTALL_DOC = "the README's Install section"
 
 
 @dataclass
-class Finding:
+class Diagnosis:
     """One check's verdict: what it saw, and when something is wrong, the command that fixes it."""
 
     check: str
@@ -85,13 +85,13 @@ def _pins(pinned: set[str], release: Version) -> bool:
     return any(Version(v) in (release, Version(release.base_version)) for v in pinned)
 
 
-def check_vllm() -> Finding:
+def check_vllm() -> Diagnosis:
     """vLLM present, one build of it, and a release every patch set pins (else its required patches refuse)."""
     from vllm_patchkit.tools.releases import installed_version
 
     pinned, error = _pinned_releases()
     if error:
-        return Finding("vllm", False, f"a patch set could not be read: {error}",
+        return Diagnosis("vllm", False, f"a patch set could not be read: {error}",
                        "fix or uninstall the distribution that contributes the set named above")
     everywhere = sorted(set.intersection(*pinned.values()) if pinned else set(), key=Version)
     newest = everywhere[-1] if everywhere else "RELEASE"
@@ -99,20 +99,20 @@ def check_vllm() -> Finding:
                  f"&& pip uninstall -y {' '.join(COMPANIONS)}  ({INSTALL_DOC})")
     raw = installed_version()
     if raw is None:
-        return Finding("vllm", False, "vLLM is not installed (no importable package `vllm`)", reinstall)
+        return Diagnosis("vllm", False, "vLLM is not installed (no importable package `vllm`)", reinstall)
     both = [d for d in VLLM_DISTS if _version(d) is not None]
     if len(both) > 1:
-        return Finding("vllm", False, f"both {' and '.join(both)} are installed and overwrite the same package "
+        return Diagnosis("vllm", False, f"both {' and '.join(both)} are installed and overwrite the same package "
                        "`vllm` (a plain `vllm` requirement pulled the CUDA build over the CPU one)",
                        f"pip uninstall -y {' '.join(both)}, then {reinstall}")
     release = Version(raw)
     missing = sorted(name for name, vs in pinned.items() if not _pins(vs, release))
     label = f"{both[0] if both else 'vllm'} {raw}"
     if missing:
-        return Finding("vllm", False, f"{label}: no manifest for this release in patch set(s) {', '.join(missing)}; "
+        return Diagnosis("vllm", False, f"{label}: no manifest for this release in patch set(s) {', '.join(missing)}; "
                        f"a required patch a model needs refuses start-up (releases pinned by every set: "
                        f"{', '.join(everywhere) or 'none'})", reinstall)
-    return Finding("vllm", True, f"{label}; pinned by every patch set ({', '.join(sorted(pinned))})")
+    return Diagnosis("vllm", True, f"{label}; pinned by every patch set ({', '.join(sorted(pinned))})")
 
 
 def _companion_problem(name: str, ver: Version, torch: Version) -> Optional[str]:
@@ -157,7 +157,7 @@ def _load_failures(names: list[str]) -> dict[str, str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_torch() -> Finding:
+def check_torch() -> Diagnosis:
     """torch is the build vLLM asks for, and torchvision/torchaudio/torchcodec were built for that torch."""
     torch = _version("torch")
     dist = _vllm_dist()
@@ -165,7 +165,7 @@ def check_torch() -> Finding:
     if torch is None or (want is not None and not want.specifier.contains(torch, prereleases=True)):
         spec = f"torch{want.specifier}" if want is not None else "torch"
         seen = f"torch {torch}" if torch else "torch is not installed"
-        return Finding("torch", False, f"{seen}; {dist or 'vLLM'} requires {spec}",
+        return Diagnosis("torch", False, f"{seen}; {dist or 'vLLM'} requires {spec}",
                        f"pip install '{spec}'  (a +cpu build: this machine's wheel store, "
                        "else --extra-index-url https://download.pytorch.org/whl/cpu)")
     installed = {n: v for n in COMPANIONS if (v := _version(n)) is not None}
@@ -179,26 +179,26 @@ def check_torch() -> Finding:
         if torch.local:
             fix += (f"; or, for multimodal inputs, the builds for torch {torch} from "
                     f"https://download.pytorch.org/whl/{torch.local} (--index-url)")
-        return Finding("torch", False, detail, fix)
+        return Diagnosis("torch", False, detail, fix)
     extra = f"; {', '.join(f'{n} {v}' for n, v in installed.items())} load" if installed else ""
-    return Finding("torch", True, f"torch {torch}{' as ' + dist + ' requires' if want else ''}{extra}")
+    return Diagnosis("torch", True, f"torch {torch}{' as ' + dist + ' requires' if want else ''}{extra}")
 
 
-def check_plugin() -> Finding:
+def check_plugin() -> Diagnosis:
     """The entry point vLLM loads plugins from names this package, and VLLM_PLUGINS does not exclude it."""
     eps = [ep for ep in metadata.entry_points(group=PLUGIN_GROUP) if ep.name == PLUGIN_NAME]
     if not eps:
-        return Finding("plugin", False, f"no entry point {PLUGIN_NAME} in group {PLUGIN_GROUP}: vLLM never loads "
+        return Diagnosis("plugin", False, f"no entry point {PLUGIN_NAME} in group {PLUGIN_GROUP}: vLLM never loads "
                        "the plugin (vllm_patchkit imported from a source tree is not installed)",
                        "in the checkout: pip install --no-deps --force-reinstall .")
     allow = os.environ.get("VLLM_PLUGINS")
     if allow is not None and PLUGIN_NAME not in [p.strip() for p in allow.split(",")]:
-        return Finding("plugin", False, f"VLLM_PLUGINS={allow!r} leaves out {PLUGIN_NAME}: vLLM skips the plugin",
+        return Diagnosis("plugin", False, f"VLLM_PLUGINS={allow!r} leaves out {PLUGIN_NAME}: vLLM skips the plugin",
                        f"export VLLM_PLUGINS={allow + ',' if allow else ''}{PLUGIN_NAME}  (or unset VLLM_PLUGINS)")
-    return Finding("plugin", True, f"{PLUGIN_GROUP}: {PLUGIN_NAME} = {eps[0].value}")
+    return Diagnosis("plugin", True, f"{PLUGIN_GROUP}: {PLUGIN_NAME} = {eps[0].value}")
 
 
-def check_status_dir() -> Finding:
+def check_status_dir() -> Diagnosis:
     """Every process writes its records here; unwritable, `status` has nothing to show."""
     from vllm_patchkit.runtime.record import STATUS_DIR_ENV, default_status_dir
     from vllm_patchkit.upstream.files import ensure_dir
@@ -209,19 +209,19 @@ def check_status_dir() -> Finding:
             pass
     except OSError as exc:
         alt = Path(tempfile.gettempdir()) / f"vllm-patchkit-{os.getuid()}"
-        return Finding("status-dir", False, f"{where} is not writable ({type(exc).__name__}: {exc.strerror or exc})",
+        return Diagnosis("status-dir", False, f"{where} is not writable ({type(exc).__name__}: {exc.strerror or exc})",
                        f"export {STATUS_DIR_ENV}={alt}  (or make {where} writable)")
-    return Finding("status-dir", True, f"{where} is writable")
+    return Diagnosis("status-dir", True, f"{where} is writable")
 
 
-CHECKS: list[Callable[[], Finding]] = [check_vllm, check_torch, check_plugin, check_status_dir]
+CHECKS: list[Callable[[], Diagnosis]] = [check_vllm, check_torch, check_plugin, check_status_dir]
 
 
-def run() -> list[Finding]:
+def run() -> list[Diagnosis]:
     return [check() for check in CHECKS]
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Diagnosis]) -> str:
     lines = []
     for f in findings:
         lines.append(f"{'ok  ' if f.ok else 'FAIL'}  {f.check:<10}  {f.detail}")

@@ -1,5 +1,5 @@
 """The check's verdict as values: one `PatchResult` per patch, the `Report` over the set, and its
-`Finding`s (each breakage once per target, naming every patch it affects). Rendering is `render.py`'s."""
+`SharedBreakage`s (each breakage once per target, naming every patch it affects). Rendering is `render.py`'s."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class PatchResult:
 
 
 @dataclass(frozen=True)
-class Finding:
+class SharedBreakage:
     """One breakage as reported: once per target, with every patch it affects (in check order)."""
 
     breakage: Breakage  # as found for the first of `patches`
@@ -62,7 +62,7 @@ class Report:
     def breakages(self) -> list[Breakage]:
         return [b for r in self.results for b in r.breakages]
 
-    def findings(self) -> list[Finding]:
+    def findings(self) -> list[SharedBreakage]:
         """The breakages grouped by target (targets in the order first met): two patches pinned alike on
         one target that changed are one finding naming both. Same finding: same kind and explanation."""
         same: dict[tuple, tuple[Breakage, list[str]]] = {}
@@ -70,9 +70,9 @@ class Report:
             _, patches = same.setdefault((b.kind, b.explain(), b.breaking, b.compat), (b, []))
             if b.patch not in patches:
                 patches.append(b.patch)
-        by_target: dict[str, list[Finding]] = {}
+        by_target: dict[str, list[SharedBreakage]] = {}
         for b, patches in same.values():
-            by_target.setdefault(b.target, []).append(Finding(b, tuple(patches)))
+            by_target.setdefault(b.target, []).append(SharedBreakage(b, tuple(patches)))
         return [f for group in by_target.values() for f in group]
 
     @property
