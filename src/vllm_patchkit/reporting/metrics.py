@@ -23,8 +23,6 @@ from vllm_patchkit.reporting.status import Run, assess, is_inert, load_run, warn
 log = logging.getLogger("vllm.patchkit")
 
 PREFIX = "vllm_patchkit"
-# The gauge's state vocabulary: the record's state, with the flags `status` adds made states of their own.
-STATES = ("applied", "inert", "shadowed", "skipped", "not_applicable", "failed", "refused", "pending")
 _NOT_APPLICABLE = ("unavailable", "unpatched_allowed")  # needed here, but this release cannot apply it
 #: Patch rows (patches x processes) turned into series at most: records are bounded in size
 #: (status.max_record_bytes), and so is what one scrape can add to /metrics.

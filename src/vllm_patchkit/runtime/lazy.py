@@ -91,11 +91,6 @@ class ImportHook:
             self._remove_if_idle()
         return dropped
 
-    def watched(self, owner: object = None) -> list[str]:
-        with self._lock:
-            return sorted(m for table in (self._watch, self._sticky) for m, ws in table.items()
-                          if owner is None or any(o is owner for o, _ in ws))
-
     # -- the finder protocol -------------------------------------------------------------------
     def find_spec(self, name: str, path=None, target=None):
         if name not in self._watch and name not in self._sticky:  # the common case: one dict lookup

@@ -229,9 +229,4 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
     return False, f"forwarded verbatim; the implementation {reads}"
 
 
-def breaking(found: Iterable[Breakage]) -> list[Breakage]:
-    return [b for b in found if b.breaking]
 
-
-def compatible(found: Iterable[Breakage]) -> list[Breakage]:
-    return [b for b in found if not b.breaking]
