@@ -227,6 +227,3 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
                        f"({', '.join(sorted(declared))}) by name in the live signature")
     reads = f"reads only {', '.join(sorted(declared))}" if declared else "reads no parameter"
     return False, f"forwarded verbatim; the implementation {reads}"
-
-
-
