@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import Applied
+from vllm_patchkit.runtime.apply import install
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,19 @@ class PatchKind:
 
     def report(self, applied: Applied, record: Any, steps: Optional[int]) -> None:
         """At each flush, after the counters are read: findings that only running reveals."""
+
+
+class AtPlaces(PatchKind):
+    """A kind that changes the object at `target` (and at every declared copy holding it): installed by
+    `apply.install`, recorded with the places it now stands at."""
+
+    changes_target = True
+
+    def context(self, patch: Patch, record: Any, flush: Callable[[], Any]) -> Any:
+        """The PatchContext its implementation is handed, if it takes one."""
+        return None
+
+    def apply(self, patch, verified, record, flush):
+        applied = install(patch, verified.place, verified.copies, verified.impl, counting(patch),
+                          self.context(patch, record, flush))
+        return applied, {"places": [place.spec for place, _ in applied.places]}

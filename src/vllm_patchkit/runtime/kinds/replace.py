@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from vllm_patchkit.runtime.apply import install
-from vllm_patchkit.runtime.kinds.base import PatchKind, counting
+from vllm_patchkit.runtime.kinds.base import AtPlaces
 
 
-class Replace(PatchKind):
+class Replace(AtPlaces):
     name = "replace"
-    changes_target = True
     installs_function = True
     installed_name = "replacement"
-
-    def apply(self, patch, verified, record, flush):
-        applied = install(patch, verified.place, verified.copies, verified.impl, counting(patch))
-        return applied, {"places": [place.spec for place, _ in applied.places]}
 
 
 KIND = Replace()

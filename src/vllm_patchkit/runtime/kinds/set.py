@@ -3,18 +3,12 @@ vLLM builds (`instances: true`)."""
 
 from __future__ import annotations
 
-from vllm_patchkit.runtime.apply import install
-from vllm_patchkit.runtime.kinds.base import PatchKind, counting
+from vllm_patchkit.runtime.kinds.base import AtPlaces
 
 
-class Set(PatchKind):
+class Set(AtPlaces):
     name = "set"
-    changes_target = True
     installed_name = "value"
-
-    def apply(self, patch, verified, record, flush):
-        applied = install(patch, verified.place, verified.copies, verified.impl, counting(patch))
-        return applied, {"places": [place.spec for place, _ in applied.places]}
 
 
 KIND = Set()
