@@ -160,7 +160,7 @@ def iterations(srv) -> tuple[float, float | None]:
 def snapshot(status: Path, since: float, interval: float) -> list[dict]:
     """The run's records as `vllm-patchkit status --json` reads them (`status.load_run`), once every process
     that steps has flushed after `since` (or one flush interval and a margin passed: nothing changed since)."""
-    from vllm_patchkit.reporting.status import load_run
+    from vllm_patchkit.reporting.run_folder import load_run
 
     deadline = time.time() + interval + 1.5
     while True:

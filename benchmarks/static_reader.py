@@ -113,7 +113,7 @@ class GriffeReader:
             return ("external", obj.target_path)
 
     def lookup(self, spec: str, with_digest: bool = False) -> Any:
-        from vllm_patchkit.upstream import fingerprint as fp
+        from vllm_patchkit.upstream import source_fingerprint as fp
         from vllm_patchkit.declaration.pins import Fingerprint
         from vllm_patchkit.upstream.missing import Missing
         from vllm_patchkit.tools.static import literal_digest

@@ -20,6 +20,7 @@ from tests.conftest import process_loader
 from tests.probes import REGISTER
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.declaration.declare import builtin_manifest_dir
 from vllm_patchkit.declaration.errors import RequiredPatchUnavailable
 
@@ -76,8 +77,8 @@ def loaders():
 
 
 def run_status(tmp_path):
-    run = status.load_run(tmp_path / "status")
-    return status.assess(run), json.loads(status.to_json(run)), status.render(run)
+    run = run_folder.load_run(tmp_path / "status")
+    return verdict.assess(run), json.loads(status.to_json(run)), status.render(run)
 
 
 def test_needed_required_patch_not_applicable_refuses_in_the_worker(tmp_path, checkpoints, standin_registered, loaders):
@@ -195,7 +196,7 @@ def test_declaration_error_writes_a_failed_run_that_status_shows(tmp_path):
     """A start-up that dies on a declaration error must not leave the previous good run's OK on top."""
     good = _register(tmp_path)
     assert good.returncode == 0, good.stderr[-2000:]
-    assert status.assess(status.load_run(tmp_path / "status"))[0] == 0
+    assert verdict.assess(run_folder.load_run(tmp_path / "status"))[0] == 0
     bad = tmp_path / "extra"
     bad.mkdir()
     (bad / "broken.yaml").write_text("id: broken\nversion: one\n")
@@ -216,4 +217,4 @@ def test_extra_patch_folder_that_is_missing_or_empty_refuses_start_up(tmp_path, 
     out = _register(tmp_path, VLLM_PATCHKIT_EXTRA_PATCHES=str(folder))
     assert out.returncode == 3, out.stdout + out.stderr[-2000:]
     assert f"VLLM_PATCHKIT_EXTRA_PATCHES: {folder}: {words}" in out.stdout
-    assert status.assess(status.load_run(tmp_path / "status"))[0] == 1
+    assert verdict.assess(run_folder.load_run(tmp_path / "status"))[0] == 1

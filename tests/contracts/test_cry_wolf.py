@@ -321,7 +321,7 @@ def test_the_constructions_are_found_in_the_wheels_too(version):
     assert [c.file for c in calls] == ["vllm/v1/engine/core.py"] and all(c.positional == 0 for c in calls)
     import inspect
 
-    from vllm_patchkit.upstream.impl_static import signature_of
+    from vllm_patchkit.upstream.impl_def import signature_of
     import ast
     sig = signature_of(ast.parse(textwrap.dedent(KEYWORD_INIT)).body[1].body[0].args)
     assert subclass.judge_constructor(subclass_patch(ASYNC, "x:SizedScheduler", ["__init__"]), sig, calls) == []

@@ -60,7 +60,7 @@ def pinned(tmp_path_factory):
 
 
 def test_pin_writes_the_two_forms(pinned):
-    from vllm_patchkit.upstream.fingerprint import value_digest
+    from vllm_patchkit.upstream.source_fingerprint import value_digest
 
     _, manifests = pinned
     m = yaml.safe_load((manifests / "vllm-0.31.0.yaml").read_text())

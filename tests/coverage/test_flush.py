@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 
 SCRIPT = textwrap.dedent('''
     import os, sys, time
@@ -60,7 +61,7 @@ def _run(tmp: Path, calls: int, interval: float, after: str = "", role: str = "w
 
 
 def _calls(tmp: Path) -> list[int]:
-    run = status.load_run(tmp / "status", "run1")
+    run = run_folder.load_run(tmp / "status", "run1")
     return [p["patches"][0]["calls"] for p in run.processes]
 
 
@@ -70,7 +71,7 @@ def test_127_calls_then_clean_exit_records_127(tmp_path):
     rc, err = _run(tmp_path, calls=127, interval=3600)
     assert rc == 0, err
     assert _calls(tmp_path) == [127]
-    [proc] = status.load_run(tmp_path / "status", "run1").processes
+    [proc] = run_folder.load_run(tmp_path / "status", "run1").processes
     assert proc["exited"] is True
 
 
@@ -117,18 +118,18 @@ def _one_record(tmp: Path) -> Path:
 def test_record_owned_by_another_user_is_ignored_with_warning(tmp_path):
     path = _one_record(tmp_path)
     os.chown(path, 65534, 65534)
-    run = status.load_run(tmp_path / "status", "run1")
+    run = run_folder.load_run(tmp_path / "status", "run1")
     assert run.processes == []
-    assert any("owned by uid 65534" in w for w in status.warnings_of(run))
+    assert any("owned by uid 65534" in w for w in verdict.warnings_of(run))
 
 
 def test_group_writable_status_dir_is_ignored_with_warning(tmp_path):
     _one_record(tmp_path)
     os.chmod(tmp_path / "status", 0o777)
-    run = status.load_run(tmp_path / "status", "run1")
+    run = run_folder.load_run(tmp_path / "status", "run1")
     assert run.processes == [] and any("world-writable" in w for w in run.warnings)
-    code, problems = status.assess(run)
-    assert code == status.NONE
+    code, problems = verdict.assess(run)
+    assert code == verdict.NONE
 
 
 def test_status_exit_codes_and_inert(tmp_path):
@@ -143,8 +144,8 @@ def test_status_exit_codes_and_inert(tmp_path):
     data["patches"][0]["calls"] = 0
     path.write_text(json.dumps(data))
     assert main(["status", "--dir", str(tmp_path / "status"), "--json"]) == 1
-    run = status.load_run(tmp_path / "status")
-    assert status.assess(run)[1] == [f"count@1 in worker (pid {data['pid']}): inert (0 calls after 50 steps)"]
+    run = run_folder.load_run(tmp_path / "status")
+    assert verdict.assess(run)[1] == [f"count@1 in worker (pid {data['pid']}): inert (0 calls after 50 steps)"]
     assert "INERT" in status.render(run)
 
 
@@ -156,14 +157,14 @@ def test_required_patch_never_judged_in_a_process_that_stepped_is_a_problem(tmp_
     data["patches"][0].update(state="pending", required=True, calls=0)
     data["steps"] = 0
     path.write_text(json.dumps(data))
-    run = status.load_run(tmp_path / "status")
-    assert status.assess(run) == (0, [])  # not stepped yet: still starting
+    run = run_folder.load_run(tmp_path / "status")
+    assert verdict.assess(run) == (0, [])  # not stepped yet: still starting
     data["steps"] = 12
     path.write_text(json.dumps(data))
-    code, problems = status.assess(status.load_run(tmp_path / "status"))
+    code, problems = verdict.assess(run_folder.load_run(tmp_path / "status"))
     assert code == 1 and problems == [f"count@1 in worker (pid {data['pid']}): required patch never judged: the "
                                       "process ran 12 steps but its config-ready point never ran (check the "
                                       "core.config-ready.* row)"]
     # the table says it too (rendering it raised NameError before: regression)
-    table = status.render(status.load_run(tmp_path / "status"))
+    table = status.render(run_folder.load_run(tmp_path / "status"))
     assert "pending, NEVER JUDGED" in table and "required patch never judged" in table

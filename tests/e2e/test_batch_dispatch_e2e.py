@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.tools.serve.server import serve
-from vllm_patchkit.reporting.status import load_run, render
+from vllm_patchkit.reporting.run_folder import load_run
+from vllm_patchkit.reporting.status import render
 
 pytestmark = [
     pytest.mark.e2e,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.tools.cli import main as cli_main
 from vllm_patchkit.tools.serve.server import RequestError, pid_alive, serve
 
@@ -45,9 +45,9 @@ def test_sigkill_during_serving_is_exit_1_naming_the_process(tiny_model, tmp_pat
         victim = _kill_and_wait(server, title)
     assert not pid_alive(victim)
     base = tmp_path / "status"
-    run = status.load_run(base)
-    code, problems = status.assess(run)
-    assert code == status.BAD, problems
+    run = run_folder.load_run(base)
+    code, problems = verdict.assess(run)
+    assert code == verdict.BAD, problems
     mine = [p for p in problems if p.startswith(f"{role} (pid {victim})")]
     assert mine and ("vanished" in mine[0] or "signal 9" in mine[0]), problems
     assert "while the run was serving" in mine[0] or "before the clean stop" in mine[0]
@@ -62,12 +62,12 @@ def test_clean_sigterm_of_the_server_is_exit_0(tiny_model, tmp_path):
         server.proc.send_signal(signal.SIGTERM)  # the API server only: vLLM stops EngineCore and the worker
         server.proc.wait(60)
     base = tmp_path / "status"
-    run = status.load_run(base)
-    code, problems = status.assess(run)
-    assert code == status.OK, problems
+    run = run_folder.load_run(base)
+    code, problems = verdict.assess(run)
+    assert code == verdict.OK, problems
     fe = next(p for p in run.processes if p["role"] == "frontend")
     assert fe["pid"] == front and fe["end"] == "clean" and fe["shutdown"]["signal"] == signal.SIGTERM
-    ended = status.ends(run)[0]
+    ended = verdict.ends(run)[0]
     others = [ended[i] for i, p in enumerate(run.processes) if p["role"] != "frontend"]
     assert others and all(e["state"] == "clean" or e.get("stopped_with_run") for e in others), others
     assert cli_main(["status", "--dir", str(base)]) == 0

@@ -16,7 +16,7 @@ import importlib.util
 import pytest
 
 from vllm_patchkit.tools.serve.server import serve
-from vllm_patchkit.reporting.status import load_run
+from vllm_patchkit.reporting.run_folder import load_run
 
 pytestmark = [
     pytest.mark.e2e,

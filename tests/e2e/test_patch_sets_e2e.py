@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.releases import INSTALLED
-from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder
 from vllm_patchkit.tools.serve.server import serve
 
 pytestmark = pytest.mark.e2e
@@ -101,7 +101,7 @@ def test_a_third_party_set_is_found_applied_counted_and_shown_under_its_name(tin
         for i in range(6):
             assert server.complete(f"Count {i}:", max_tokens=10)["choices"][0]["text"] is not None
         time.sleep(2.0)  # EngineCore is force-killed on shutdown: let a periodic flush land
-    run = status.load_run(status_dir)
+    run = run_folder.load_run(status_dir)
     rows = {(p["role"], r["patch"]): r for p in run.processes for r in p["patches"]}
     other = {k: r for k, r in rows.items() if r.get("patch_set") == "other"}
     assert {role for role, _ in other} == {"frontend", "engine_core", "worker"}  # found in every process

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.tools.cli import main as cli_main
 from vllm_patchkit.tools.serve.server import serve
 
@@ -27,7 +28,7 @@ def _serve_and_read(model, tmp_path, extra_env, prompts=6):
         # On SIGTERM vLLM's API server force-kills EngineCore (and with it the worker), so
         # their last counts are those of the last periodic flush: wait a few intervals.
         time.sleep(2.0)
-    run = status.load_run(status_dir)
+    run = run_folder.load_run(status_dir)
     assert run is not None, "no records written"
     return run, status_dir, (tmp_path / "server.log").read_text(errors="replace")
 
@@ -79,6 +80,6 @@ def test_per_step_probe_reads_inert_by_counting_alone(tiny_model, tmp_path):
     assert probe["findings"] == []  # shadow detection really was off
     steps = _rec(wk, "core.steps.worker")
     assert steps["calls"] > 0 and wk["steps"] == steps["calls"]
-    assert status.is_inert(probe, wk["steps"], min_steps=8)
-    code, problems = status.assess(run)
+    assert verdict.is_inert(probe, wk["steps"], min_steps=8)
+    code, problems = verdict.assess(run)
     assert code == 1 and any("test.to-list-probe@1 in worker" in p and "inert" in p for p in problems)

@@ -29,7 +29,7 @@ import pytest
 
 from tests.e2e.stateful_standin import EXECUTOR, build_v4_checkpoint, side_records, stream_and_cancel
 from vllm_patchkit.tools.serve.server import pid_alive, serve
-from vllm_patchkit.reporting.status import load_run
+from vllm_patchkit.reporting.run_folder import load_run
 
 
 def _installed(module: str) -> bool:

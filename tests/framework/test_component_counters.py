@@ -11,7 +11,7 @@ import json
 
 from prometheus_client.core import CounterMetricFamily
 
-from vllm_patchkit.reporting import metrics, status
+from vllm_patchkit.reporting import metrics, run_folder, status
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.flush import Flusher
 
@@ -31,7 +31,7 @@ def test_counts_reach_the_record_the_table_and_metrics(tmp_path):
         (path,) = (tmp_path / "status").glob("*/*.json")
         assert json.loads(path.read_text())["counters"] == {"my_plugin.copier": {"restores_right": 3,
                                                                                  "restores_wrong": 0}}
-        run = status.load_run(tmp_path / "status")
+        run = run_folder.load_run(tmp_path / "status")
         assert "engine_core %d: my_plugin.copier: restores_right 3, restores_wrong 0" % loader.process.pid \
             in status.render(run)
         assert json.loads(status.to_json(run))["processes"][0]["counters"]["my_plugin.copier"]["restores_right"] == 3

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import source_fingerprint
 from vllm_patchkit.declaration.pins import Fingerprint, Manifest
 
 from .helpers import make_loader, patch_doc, pinned_entry
@@ -65,7 +66,7 @@ def pinned_with_value(key: str, *specs: str) -> dict:
 
 # -- the digest ------------------------------------------------------------------------------------
 def test_value_digest_of_simple_literals():
-    d = fp.value_digest
+    d = source_fingerprint.value_digest
     assert d(5) == d(5) and d(5).startswith("sha256:")
     assert len({d(1), d(True), d(1.0), d("1"), d(b"1"), d(None), d((1,)), d(frozenset({1}))}) == 8  # types count
     assert d(0.0) != d(-0.0)
@@ -81,7 +82,7 @@ class Color(enum.IntEnum):
 
 @pytest.mark.parametrize("value", [[1, 2], {1, 2}, object(), Color.RED, (1, [2]), {"a": [1]}, lambda: 0])
 def test_other_values_are_not_digested(value):
-    assert fp.value_digest(value) is None
+    assert source_fingerprint.value_digest(value) is None
 
 
 def test_live_fingerprint_of_a_real_constant_has_its_digest():
@@ -90,19 +91,19 @@ def test_live_fingerprint_of_a_real_constant_has_its_digest():
     from vllm_patchkit.upstream.targets import resolve
 
     f = fp.live(resolve(TIMEOUT).get_raw(), False, with_value=True)
-    assert (f.kind, f.value_digest) == ("attribute", fp.value_digest(5)) and core.HANDSHAKE_TIMEOUT_MINS == 5
+    assert (f.kind, f.value_digest) == ("attribute", source_fingerprint.value_digest(5)) and core.HANDSHAKE_TIMEOUT_MINS == 5
     assert fp.live(resolve(TIMEOUT).get_raw(), False).value_digest is None  # opt-in, as the source digest
     pool = resolve(POOL)
     assert fp.live(pool.get_raw(), False, with_value=True).value_digest is None  # functions: no value digest
     place = resolve(USES_RAY)
-    assert fp.live(place.get_raw(), True, with_value=True).value_digest == fp.value_digest(False)
+    assert fp.live(place.get_raw(), True, with_value=True).value_digest == source_fingerprint.value_digest(False)
 
 
 def test_pin_writes_the_digest_and_manifests_without_it_still_load():
     from vllm_patchkit.tools.manifest_files import dump_fingerprint as _dump_fingerprint
 
-    assert _dump_fingerprint(Fingerprint(kind="attribute", value_digest=fp.value_digest(5))) == {
-        "kind": "attribute", "value_digest": fp.value_digest(5)}
+    assert _dump_fingerprint(Fingerprint(kind="attribute", value_digest=source_fingerprint.value_digest(5))) == {
+        "kind": "attribute", "value_digest": source_fingerprint.value_digest(5)}
     assert _dump_fingerprint(Fingerprint(kind="attribute")) == {"kind": "attribute"}
     old = Manifest.model_validate({"vllm": "0.31.0", "generated_by": "t", "patches": [
         {"patch": "p@1", "targets": {TIMEOUT: {"kind": "attribute"}}}]})
@@ -118,14 +119,14 @@ def set_doc(spec, value):
 
 def test_set_on_a_constant_whose_value_changed_upstream_fails(tmp_path, core):
     entry = pinned_with_value("s@1", TIMEOUT)
-    assert entry["targets"][TIMEOUT]["value_digest"] == fp.value_digest(5)
+    assert entry["targets"][TIMEOUT]["value_digest"] == source_fingerprint.value_digest(5)
     core.HANDSHAKE_TIMEOUT_MINS = 10  # the release changed it
     loader = make_loader(tmp_path, {"s": set_doc(TIMEOUT, 30)}, [entry])
     loader.run_import_stage()
     rec = loader.records["s"]
     assert (rec.state, rec.code) == ("failed", "fingerprint")
     assert rec.reason == f"{TIMEOUT}: value changed since it was pinned (now 10)"
-    assert (rec.expected, rec.found) == (fp.value_digest(5), fp.value_digest(10))
+    assert (rec.expected, rec.found) == (source_fingerprint.value_digest(5), source_fingerprint.value_digest(10))
     assert core.HANDSHAKE_TIMEOUT_MINS == 10  # not set
 
 
@@ -180,7 +181,7 @@ def test_a_pin_without_digest_does_not_judge_the_value(tmp_path, core):
 def test_a_used_constant_whose_value_changed_fails_the_patch_using_it(tmp_path, kvu):
     doc = patch_doc(id="w", kind="wrap", target=POOL, uses=[SEED], processes=["frontend"])
     entry = pinned_with_value("w@1", POOL, SEED)
-    assert entry["targets"][SEED]["value_digest"] == fp.value_digest("vllm-none-hash")
+    assert entry["targets"][SEED]["value_digest"] == source_fingerprint.value_digest("vllm-none-hash")
     kvu.DEFAULT_NONE_HASH_SEED = "another-seed"
     loader = make_loader(tmp_path, {"w": doc}, [entry])
     loader.run_import_stage()

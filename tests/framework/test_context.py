@@ -14,7 +14,7 @@ import pytest
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.declaration.errors import PatchkitError, Refusal
 from vllm_patchkit.declaration.schema import Patch
-from vllm_patchkit.reporting.status import load_run
+from vllm_patchkit.reporting.run_folder import load_run
 
 from .helpers import make_loader, patch_doc, pinned_entry
 

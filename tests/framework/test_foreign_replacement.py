@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
 from vllm_patchkit.runtime.flush import Flusher
 
@@ -120,8 +121,8 @@ def test_a_replacement_from_no_installed_distribution_says_so(tmp_path, kvu, mon
 
 
 def _status(tmp_path):
-    run = status.load_run(tmp_path / "status")
-    return status.assess(run), json.loads(status.to_json(run))
+    run = run_folder.load_run(tmp_path / "status")
+    return verdict.assess(run), json.loads(status.to_json(run))
 
 
 @pytest.mark.parametrize("required", [True, False], ids=["required", "optional"])

@@ -12,7 +12,8 @@ import types
 
 from vllm_patchkit.reporting import gather
 from vllm_patchkit.runtime.record import PatchRecord, ProcessRecord
-from vllm_patchkit.reporting.status import Run, assess
+from vllm_patchkit.reporting.run_folder import Run
+from vllm_patchkit.reporting.verdict import assess
 
 
 def _record(pid: int, role: str = "worker", run_id: str = "r1", state: str = "applied", required=True) -> dict:

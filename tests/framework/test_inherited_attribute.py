@@ -74,7 +74,7 @@ class _Tokenizer:
 
 
 def test_pinned_as_absent_on_the_subclass_and_the_base_by_value():
-    from vllm_patchkit.upstream.fingerprint import value_digest
+    from vllm_patchkit.upstream.source_fingerprint import value_digest
 
     assert _pins(_doc("tools", TOOL, f"{PARSER}.tool_parser_cls")) == {
         TOOL: {"kind": "absent"},  # HarmonyParser does not define it

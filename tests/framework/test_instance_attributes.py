@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import source_fingerprint
 from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.tools.releases import installed_static, open_release
 from vllm_patchkit.declaration.schema import Patch
@@ -61,9 +62,9 @@ def test_the_pin_is_the_assignment_in_the_class_source_read_alike_statically_and
 
     static = installed_static().release
     cases = [(BlockPool, "enable_caching", None),  # `self.enable_caching = enable_caching`: not a literal
-             (HarmonyParser, "_next_tool_call_index", fp.value_digest(0)),  # `self._next_tool_call_index = 0`
+             (HarmonyParser, "_next_tool_call_index", source_fingerprint.value_digest(0)),  # `self._next_tool_call_index = 0`
              (HarmonyParser, "model_tokenizer", None),  # assigned in the base's __init__ (Parser)
-             (CPUModelRunner, "cascade_attn_enabled", fp.value_digest(False))]  # its own __init__ wins over the base's
+             (CPUModelRunner, "cascade_attn_enabled", source_fingerprint.value_digest(False))]  # its own __init__ wins over the base's
     for cls, attr, digest in cases:
         spec = f"{cls.__module__}:{cls.__qualname__}.{attr}"
         live = fp.live_instance_attribute(cls, attr)
@@ -155,7 +156,7 @@ def test_a_changed_literal_is_a_fingerprint_failure_with_checks_words(tmp_path):
     upstream changed the literal) fails start-up with the words `check` prints for it."""
     spec = "vllm.parser.harmony:HarmonyParser._next_tool_call_index"
     doc = patch_doc(id="idx", kind="set", target=spec, instances=True, value=5, processes=["frontend"])
-    other = fp.value_digest(1)
+    other = source_fingerprint.value_digest(1)
     pins = {spec: {"kind": "instance_attribute", "value_digest": other}}
     patch = Patch.model_validate(doc)
     _, said = examine(installed_static(), patch, {spec: Fingerprint(**pins[spec])})

@@ -15,7 +15,8 @@ import sys
 import textwrap
 import uuid
 
-from vllm_patchkit.reporting.status import BAD, OK, assess, load_run
+from vllm_patchkit.reporting.run_folder import load_run
+from vllm_patchkit.reporting.verdict import BAD, OK, assess
 
 from .helpers import patch_doc, pinned_entry, write_manifest, write_patch
 

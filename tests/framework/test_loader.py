@@ -68,14 +68,14 @@ def test_undeclared_copy_is_reported_stale(tmp_path, modules):
 def test_a_required_patch_bypassed_through_a_stale_copy_in_vllm_fails_status(tmp_path, modules):
     """A required patch that vLLM's own module calls around (a by-value copy nobody declared) is not in effect
     there: `status` exits 1 naming the copy (it said OK before: the finding was only listed)."""
-    from vllm_patchkit.reporting import status
+    from vllm_patchkit.reporting import run_folder, verdict
 
     loader = make_loader(tmp_path, {"kv": kv_patch(required=True)}, [pinned_entry("kv@1", KV)])
     loader.run_import_stage()
     loader.flush()
-    run = status.load_run(Path(os.environ["VLLM_PATCHKIT_STATUS_DIR"]), None)
-    code, problems = status.assess(run)
-    assert code == status.BAD
+    run = run_folder.load_run(Path(os.environ["VLLM_PATCHKIT_STATUS_DIR"]), None)
+    code, problems = verdict.assess(run)
+    assert code == verdict.BAD
     assert any(f"stale copy at {KV_COPY}" in p and "bypassing this required patch" in p for p in problems), problems
 
 
@@ -314,6 +314,7 @@ def test_layer_from_an_upstream_dependency_is_not_a_conflict(tmp_path):
 def test_stacking_order_on_one_target_is_recorded_and_shown(tmp_path, modules):
     """Two patches on one target: each record says the order (innermost first), and status shows it."""
     from vllm_patchkit.reporting import status
+    from vllm_patchkit.reporting import run_folder
 
     docs = {"kv": kv_patch(), "kv2": patch_doc(id="kv2", kind="wrap", target=KV, processes=["frontend"], requires=["kv"])}
     loader = make_loader(tmp_path, docs, [pinned_entry("kv@1", KV), pinned_entry("kv2@1", KV)])
@@ -321,7 +322,7 @@ def test_stacking_order_on_one_target_is_recorded_and_shown(tmp_path, modules):
     want = f"2 patches on {KV}, innermost first: kv@1 < kv2@1"
     assert loader.records["kv"].detail["stack"] == loader.records["kv2"].detail["stack"] == want
     loader.flush()
-    run = status.load_run(tmp_path / "status")
+    run = run_folder.load_run(tmp_path / "status")
     rows = json.loads(status.to_json(run))["processes"][0]["patches"]
     assert [r["detail"]["stack"] for r in rows] == [want, want]
     assert "innermost first" in status.render(run)

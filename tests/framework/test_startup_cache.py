@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from vllm_patchkit.upstream import cache
+from vllm_patchkit.upstream import cache_stamps
 from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import wrappers
 from vllm_patchkit.runtime.loader import Loader
 
 from .helpers import patch_doc, write_patch
@@ -159,23 +161,23 @@ def test_another_set_of_extra_folders_is_another_entry(cache_dir, tmp_path, monk
 def test_dependency_roots_are_kept_per_installation(cache_dir, monkeypatch):
     import importlib.metadata as md
 
-    fp.upstream_code_roots.cache_clear()
+    wrappers.upstream_code_roots.cache_clear()
     try:
-        roots = fp.upstream_code_roots("vllm")
+        roots = wrappers.upstream_code_roots("vllm")
         assert any(r.endswith(os.sep + "torch") for r in roots)  # a declared dependency of vLLM
-        fp.upstream_code_roots.cache_clear()
+        wrappers.upstream_code_roots.cache_clear()
 
         def must_not_run():
             raise AssertionError("packages_distributions() recomputed")
 
         monkeypatch.setattr(md, "packages_distributions", must_not_run)
-        assert fp.upstream_code_roots("vllm") == roots
-        monkeypatch.setattr(cache, "_INSTALLATION", ["another installation"])
-        fp.upstream_code_roots.cache_clear()
+        assert wrappers.upstream_code_roots("vllm") == roots
+        monkeypatch.setattr(cache_stamps, "_INSTALLATION", ["another installation"])
+        wrappers.upstream_code_roots.cache_clear()
         # another installation: recomputed (here: the failing mapping leaves only vLLM itself and the stdlib)
-        assert fp.upstream_code_roots("vllm") != roots
+        assert wrappers.upstream_code_roots("vllm") != roots
     finally:
-        fp.upstream_code_roots.cache_clear()
+        wrappers.upstream_code_roots.cache_clear()
 
 
 def test_code_stamp_covers_the_validating_modules_where_they_live():
@@ -186,8 +188,9 @@ def test_code_stamp_covers_the_validating_modules_where_they_live():
     from vllm_patchkit.declaration import schema
     from vllm_patchkit.runtime import loader
     from vllm_patchkit.upstream import cache
+    from vllm_patchkit.upstream import cache_stamps
 
-    stamped = {Path(entry[0]) for entry in cache.code_stamp()}
+    stamped = {Path(entry[0]) for entry in cache_stamps.code_stamp()}
     assert all(p.is_file() for p in stamped)
     for module in (schema, loader, cache):
         assert Path(module.__file__).resolve() in stamped

@@ -38,7 +38,7 @@ from tests.conftest import process_loader
 
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
-from vllm_patchkit.reporting.status import load_run
+from vllm_patchkit.reporting.run_folder import load_run
 
 ARCH = "DeepseekV4ForCausalLM"
 STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"

@@ -19,6 +19,7 @@ import yaml
 
 from tests.probes import REGISTER
 from vllm_patchkit.upstream import cache
+from vllm_patchkit.upstream import cache_stamps
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.reporting import status
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, RequiredPatchFailed
@@ -42,7 +43,7 @@ def cache_dir(tmp_path, monkeypatch):
 def new_process(monkeypatch) -> None:
     """What a new vLLM process starts with: no cache read yet, no record attached."""
     monkeypatch.setattr(fp, "_fp_cache", None)
-    monkeypatch.setattr(cache, "_INSTALLATION", None)
+    monkeypatch.setattr(cache_stamps, "_INSTALLATION", None)
     monkeypatch.setattr(cache, "_sink", None)
     monkeypatch.setattr(cache, "_pending", [])
     monkeypatch.setattr(cache, "_logged", set())
@@ -398,11 +399,11 @@ def test_a_folder_a_package_appends_inside_site_packages_does_not_change_the_key
     (site / "pkg-1.0.dist-info").mkdir(parents=True)
     (site / "vendoring" / "_vendor" / "inner-2.0.dist-info").mkdir(parents=True)
     monkeypatch.setattr(sys, "path", [str(site)])
-    monkeypatch.setattr(cache, "_INSTALLATION", None)
-    before = cache.installation_stamp()
+    monkeypatch.setattr(cache_stamps, "_INSTALLATION", None)
+    before = cache_stamps.installation_stamp()
     sys.path.append(str(site / "vendoring" / "_vendor"))
-    monkeypatch.setattr(cache, "_INSTALLATION", None)
-    assert cache.installation_stamp() == before
+    monkeypatch.setattr(cache_stamps, "_INSTALLATION", None)
+    assert cache_stamps.installation_stamp() == before
     (site / "other-1.0.dist-info").mkdir()  # an install still changes it
-    monkeypatch.setattr(cache, "_INSTALLATION", None)
-    assert cache.installation_stamp() != before
+    monkeypatch.setattr(cache_stamps, "_INSTALLATION", None)
+    assert cache_stamps.installation_stamp() != before

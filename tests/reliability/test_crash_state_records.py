@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vllm_patchkit.runtime import process
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic
 
 RUN = "20260101T000000-1-abcdef"
@@ -41,12 +42,12 @@ def test_engine_core_vanished_while_serving_is_a_problem(tmp_path):
     pid, ticks = _dead_pid()
     _write(tmp_path, "frontend", os.getpid(), process.start_ticks(os.getpid()))
     _write(tmp_path, "engine_core", pid, ticks, ppid=os.getpid())
-    code, problems = status.assess(status.load_run(tmp_path, RUN))
-    assert code == status.BAD
+    code, problems = verdict.assess(run_folder.load_run(tmp_path, RUN))
+    assert code == verdict.BAD
     assert problems == [f"engine_core (pid {pid}) vanished without writing its end (killed by a signal it cannot "
                         "catch, e.g. SIGKILL, or crashed), while the run was serving (no clean stop of the server "
                         "was recorded)"]
-    doc = json.loads(status.to_json(status.load_run(tmp_path, RUN)))
+    doc = json.loads(status.to_json(run_folder.load_run(tmp_path, RUN)))
     assert [p["ended"]["state"] for p in doc["processes"]] == ["running", "unknown"]
 
 
@@ -56,9 +57,9 @@ def test_processes_killed_after_a_clean_stop_began_are_fine(tmp_path):
     _write(tmp_path, "frontend", fe_pid, fe_ticks, end="clean", end_signal=15, exited=True,
            shutdown={"signal": 15, "at": time.time(), "alive": [fe_pid, pid]})
     _write(tmp_path, "engine_core", pid, ticks, ppid=fe_pid)
-    run = status.load_run(tmp_path, RUN)
-    assert status.assess(run) == (status.OK, [])
-    ended = status.ends(run)[0]
+    run = run_folder.load_run(tmp_path, RUN)
+    assert verdict.assess(run) == (verdict.OK, [])
+    ended = verdict.ends(run)[0]
     assert ended[0]["state"] == "clean" and "after signal 15 (SIGTERM)" in ended[0]["why"]
     assert ended[1]["stopped_with_run"] and "alive when the clean stop by signal 15 (SIGTERM) began" in ended[1]["why"]
 
@@ -68,24 +69,24 @@ def test_a_process_gone_before_the_clean_stop_is_still_a_crash(tmp_path):
     _write(tmp_path, "frontend", os.getpid(), process.start_ticks(os.getpid()),
            shutdown={"signal": 15, "at": time.time(), "alive": [os.getpid()]})
     _write(tmp_path, "worker", pid, ticks)
-    code, problems = status.assess(status.load_run(tmp_path, RUN))
-    assert code == status.BAD and problems[0].endswith("before the clean stop of the server began")
+    code, problems = verdict.assess(run_folder.load_run(tmp_path, RUN))
+    assert code == verdict.BAD and problems[0].endswith("before the clean stop of the server began")
 
 
 def test_signal_noted_then_never_exited_names_the_signal(tmp_path):
     pid, ticks = _dead_pid()
     _write(tmp_path, "worker", pid, ticks, end="signal", end_signal=15)
-    code, problems = status.assess(status.load_run(tmp_path, RUN))
-    assert code == status.BAD and f"worker (pid {pid}) received signal 15 (SIGTERM) and never reached its exit" in problems[0]
+    code, problems = verdict.assess(run_folder.load_run(tmp_path, RUN))
+    assert code == verdict.BAD and f"worker (pid {pid}) received signal 15 (SIGTERM) and never reached its exit" in problems[0]
 
 
 def test_clean_end_is_fine_and_reused_pid_is_unknown(tmp_path):
     pid, ticks = _dead_pid()
     _write(tmp_path, "worker", pid, ticks, end="clean", exited=True)
     _write(tmp_path, "engine_core", os.getpid(), (process.start_ticks(os.getpid()) or 0) + 1)  # our pid, not our start
-    run = status.load_run(tmp_path, RUN)
-    code, problems = status.assess(run)
-    assert code == status.BAD and len(problems) == 1
+    run = run_folder.load_run(tmp_path, RUN)
+    code, problems = verdict.assess(run)
+    assert code == verdict.BAD and len(problems) == 1
     assert "its pid now belongs to another process" in problems[0] and f"engine_core (pid {os.getpid()})" in problems[0]
 
 
@@ -93,8 +94,8 @@ def test_orphaned_worker_is_reported(tmp_path):
     pid, ticks = _dead_pid()
     _write(tmp_path, "engine_core", pid, ticks)
     _write(tmp_path, "worker", os.getpid(), process.start_ticks(os.getpid()), ppid=pid)
-    code, problems = status.assess(status.load_run(tmp_path, RUN))
-    assert code == status.BAD
+    code, problems = verdict.assess(run_folder.load_run(tmp_path, RUN))
+    assert code == verdict.BAD
     assert any(p.startswith(f"worker (pid {os.getpid()}) is orphaned: it still runs while its parent engine_core "
                             f"(pid {pid}) is gone") for p in problems)
 
@@ -104,7 +105,7 @@ def test_records_without_identity_are_not_judged(tmp_path):
     proc = ProcessRecord(run_id=RUN, role="worker", pid=_dead_pid()[0], ppid=1, vllm_version="0.31.0",
                          started=time.time())
     write_atomic(process_file(tmp_path, proc), proc.to_json())
-    assert status.assess(status.load_run(tmp_path, RUN)) == (status.OK, [])
+    assert verdict.assess(run_folder.load_run(tmp_path, RUN)) == (verdict.OK, [])
 
 
 SCRIPT = textwrap.dedent('''
@@ -148,17 +149,17 @@ def test_sigterm_is_recorded_by_the_chained_handler(tmp_path):
     child = _child(tmp_path, "worker")
     child.send_signal(signal.SIGTERM)
     assert child.wait(10) == -signal.SIGTERM
-    [proc] = status.load_run(tmp_path, RUN).processes
+    [proc] = run_folder.load_run(tmp_path, RUN).processes
     assert (proc["end"], proc["end_signal"], proc["exited"]) == ("signal", 15, False)
-    code, problems = status.assess(status.load_run(tmp_path, RUN))
-    assert code == status.BAD and "received signal 15 (SIGTERM) and never reached its exit" in problems[0]
+    code, problems = verdict.assess(run_folder.load_run(tmp_path, RUN))
+    assert code == verdict.BAD and "received signal 15 (SIGTERM) and never reached its exit" in problems[0]
 
 
 def test_front_end_sigint_is_a_clean_stop_with_the_alive_snapshot(tmp_path):
     child = _child(tmp_path, "frontend")
     child.send_signal(signal.SIGINT)  # Python's default handler behind ours: KeyboardInterrupt, a normal exit
     child.wait(10)
-    [proc] = status.load_run(tmp_path, RUN).processes
+    [proc] = run_folder.load_run(tmp_path, RUN).processes
     assert proc["end"] == "clean" and proc["end_signal"] == 2 and proc["exited"]
     assert proc["shutdown"]["signal"] == 2 and proc["shutdown"]["alive"] == [child.pid]
-    assert status.assess(status.load_run(tmp_path, RUN)) == (status.OK, [])
+    assert verdict.assess(run_folder.load_run(tmp_path, RUN)) == (verdict.OK, [])

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from vllm_patchkit.reporting import status
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.declaration.declare import load_patch_set
 from vllm_patchkit.declaration.errors import RequiredPatchFailed, RequiredPatchUnavailable
 from vllm_patchkit.runtime.flush import Flusher
@@ -75,8 +76,8 @@ def _loader(tmp: Path, pdir: Path, mdir: Path, made: list) -> Loader:
 
 
 def _status(status_dir: Path):
-    run = status.load_run(status_dir)
-    (code, problems) = status.assess(run)
+    run = run_folder.load_run(status_dir)
+    (code, problems) = verdict.assess(run)
     return code, problems, json.loads(status.to_json(run))
 
 

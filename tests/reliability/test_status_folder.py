@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.reporting import route as http_status, metrics, status
+from vllm_patchkit.reporting import metrics, route as http_status, run_folder, verdict
 from vllm_patchkit.tools.cli import main as cli_main
 from vllm_patchkit.runtime.record import ProcessRecord, process_file, write_atomic
 
@@ -38,13 +38,13 @@ def _load(base: Path, timeout: float = 5.0):
 
     def go():
         t0 = time.perf_counter()
-        out["run"] = status.load_run(base, RUN)
+        out["run"] = run_folder.load_run(base, RUN)
         out["seconds"] = time.perf_counter() - t0
 
     t = threading.Thread(target=go, daemon=True)
     t.start()
     t.join(timeout)
-    assert not t.is_alive(), f"status.load_run still reading after {timeout} s (blocked on a record)"
+    assert not t.is_alive(), f"run_folder.load_run still reading after {timeout} s (blocked on a record)"
     return out["run"], out["seconds"]
 
 
@@ -63,8 +63,8 @@ def test_fifo_named_like_a_record_is_refused_at_once(tmp_path):
     assert seconds < 1.0
     assert "worker-999.json refused: not a regular file but a FIFO (named pipe)" in _refused(run, "worker-999.json")
     assert [p["pid"] for p in run.processes] == [4242]
-    assert status.assess(run)[0] == status.OK
-    assert any("worker-999.json" in w and "FIFO" in w for w in status.warnings_of(run))
+    assert verdict.assess(run)[0] == verdict.OK
+    assert any("worker-999.json" in w and "FIFO" in w for w in verdict.warnings_of(run))
 
 
 def test_symlink_to_a_record_of_the_same_user_is_refused(tmp_path):
@@ -77,7 +77,7 @@ def test_symlink_to_a_record_of_the_same_user_is_refused(tmp_path):
     assert run.processes == []
     assert f"a symlink (to {elsewhere})" in _refused(run, "worker-777.json")
     assert "symlinks are never followed" in _refused(run, "worker-777.json")
-    assert status.assess(run)[0] == status.NONE  # the only record was refused: no records
+    assert verdict.assess(run)[0] == verdict.NONE  # the only record was refused: no records
 
 
 def test_symlink_to_etc_passwd_is_refused_without_reading_it(tmp_path):
@@ -97,7 +97,7 @@ def test_symlink_to_dev_zero_is_refused(tmp_path):
     _record(base)
     os.symlink("/dev/zero", base / RUN / "engine_core-5.json")
     code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
-            "from vllm_patchkit.reporting import status; run = status.load_run(__import__('pathlib').Path(sys.argv[1]), "
+            "from vllm_patchkit.reporting import run_folder; run = run_folder.load_run(__import__('pathlib').Path(sys.argv[1]), "
             f"{RUN!r}); print(json.dumps(run.refused))")
     proc = subprocess.run([sys.executable, "-c", code, str(base)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -152,7 +152,7 @@ def test_unknown_schema_version_is_refused_with_a_message(tmp_path):
     assert run.processes == []
     line = _refused(run, path.name)
     assert "unknown schema_version 99" in line and "reads versions 1-" in line
-    assert cli_main(["status", "--dir", str(base), "--run", RUN]) == status.NONE
+    assert cli_main(["status", "--dir", str(base), "--run", RUN]) == verdict.NONE
 
 
 def test_deeply_nested_json_is_refused_not_a_traceback(tmp_path):
@@ -183,7 +183,7 @@ def test_symlinked_status_folder_to_a_world_writable_folder_is_refused(tmp_path)
     os.chmod(real, 0o777)
     link = tmp_path / "status-link"
     os.symlink(real, link)
-    run = status.load_run(link)
+    run = run_folder.load_run(link)
     assert run.processes == [] and any("a symlink to" in w and "group/world-writable" in w for w in run.warnings)
 
 
@@ -251,7 +251,7 @@ def test_metrics_series_are_bounded(tmp_path):
             for i in range(metrics.MAX_PATCH_ROWS + 1)]
     proc = ProcessRecord(run_id=RUN, role="worker", pid=1, ppid=1, vllm_version="0.31.0", started=time.time(),
                          patches=rows)
-    run = status.Run(RUN, [proc.to_json()])
+    run = run_folder.Run(RUN, [proc.to_json()])
     fams = {f.name: f for f in metrics.families(run)}
     assert fams["vllm_patchkit_series_truncated"].samples[0].value == 1
     assert fams["vllm_patchkit_patch_state"].samples == []

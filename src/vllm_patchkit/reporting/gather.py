@@ -55,7 +55,7 @@ def merge(run: Any, answers: list, local_host: str = HOST) -> tuple[Any, int]:
 
     A process read from the directory is this host's; an answer from another host (or a pid the directory
     does not have) is added with its `host`. Answers of another run are left out with a warning."""
-    from vllm_patchkit.reporting.status import Run
+    from vllm_patchkit.reporting.run_folder import Run
 
     if run is None:
         ids = {a["record"].get("run_id") for a in answers if a}

@@ -18,7 +18,8 @@ from typing import Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from vllm_patchkit.reporting.status import Run, assess, is_inert, load_run, warnings_of
+from vllm_patchkit.reporting.run_folder import Run, load_run
+from vllm_patchkit.reporting.verdict import assess, is_inert, warnings_of
 
 log = logging.getLogger("vllm.patchkit")
 

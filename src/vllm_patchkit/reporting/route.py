@@ -31,7 +31,9 @@ from typing import Any, Optional
 from fastapi import Request  # at module level: FastAPI resolves the handler's annotation from here
 from fastapi.responses import JSONResponse, Response
 
-from vllm_patchkit.reporting.status import assess, load_run, to_json
+from vllm_patchkit.reporting.run_folder import load_run
+from vllm_patchkit.reporting.status import to_json
+from vllm_patchkit.reporting.verdict import assess
 
 ROUTE = "/patchkit/status"
 GATHERED_HEADER = "X-Patchkit-Workers"

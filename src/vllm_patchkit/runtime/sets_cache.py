@@ -19,19 +19,20 @@ from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.upstream import cache
+from vllm_patchkit.upstream import cache_models, cache_stamps
 
 log = logging.getLogger("vllm.patchkit")
 
 
 def _sets_key(sets, with_env: bool) -> tuple[list, str]:
-    key = [cache.installation_stamp(), cache.code_stamp(), sorted(sets) if sets is not None else None, with_env,
+    key = [cache_stamps.installation_stamp(), cache_stamps.code_stamp(), sorted(sets) if sets is not None else None, with_env,
            os.environ.get(EXTRA_ENV) if with_env else None]
-    return key, cache.digest_of(key)
+    return key, cache_stamps.digest_of(key)
 
 
 def _sets_inputs(folders: list, files: list) -> dict:
-    return {"folders": cache.folder_stamp(folders, digest=lambda p: p.endswith(".yaml")),
-            "files": cache.file_stamp(files)}
+    return {"folders": cache_stamps.folder_stamp(folders, digest=lambda p: p.endswith(".yaml")),
+            "files": cache_stamps.file_stamp(files)}
 
 
 def cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
@@ -68,25 +69,25 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
         return None, name
     try:
         if type(body) is not dict:
-            raise cache.NotRebuildable("not a mapping")
+            raise cache_models.NotRebuildable("not a mapping")
         if body.get("key") != digest:
             cache.rebuilt(name, f"it holds the entry of another key ({body.get('key')!r:.20})", cache.TAMPERED)
             return None, name
         if not all(type(x) is list and all(type(p) is str for p in x) for x in (body["folders"], body["files"])):
-            raise cache.NotRebuildable("its folders and files are not lists of paths")
+            raise cache_models.NotRebuildable("its folders and files are not lists of paths")
         now = _sets_inputs(body["folders"], body["files"])
         if now != body["inputs"]:
-            cache.rebuilt(name, cache.first_difference(body["inputs"], now), cache.STALE)
+            cache.rebuilt(name, cache_stamps.first_difference(body["inputs"], now), cache.STALE)
             return None, name
         content = body["content"]
-        ps = PatchSet({k: cache.load_model(Patch, d) for k, d in content["patches"].items()},
+        ps = PatchSet({k: cache_models.load_model(Patch, d) for k, d in content["patches"].items()},
                       dict(content["files"]), dict(content["set_of"]))
-        ms = {v: manifests_mod.Loaded(cache.load_model(Manifest, m["manifest"]), m["path"])
+        ms = {v: manifests_mod.Loaded(cache_models.load_model(Manifest, m["manifest"]), m["path"])
               for v, m in content["manifests"].items()}
         if not all(isinstance(x, str) for d in (ps.files, ps.set_of) for kv in d.items() for x in kv) or not all(
                 k == p.key for k, p in ps.patches.items()) or not all(isinstance(m.path, str) for m in ms.values()):
-            raise cache.NotRebuildable("a file name or key of the wrong type")
-    except (cache.NotRebuildable, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise cache_models.NotRebuildable("a file name or key of the wrong type")
+    except (cache_models.NotRebuildable, AttributeError, KeyError, TypeError, ValueError) as exc:
         cache.rebuilt(name, f"its content does not fit the schema ({exc})", cache.TAMPERED)
         return None, name
     cache.report(f"cache: used: {name} (its digest and every input verified)")
@@ -97,8 +98,8 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> No
     if name is None:
         return
     try:
-        not_json = [k for k, p in ps.patches.items() if not cache.cacheable(p)]
-        not_json += [m.path for m in ms.values() if not cache.cacheable(m.manifest)]
+        not_json = [k for k, p in ps.patches.items() if not cache_models.cacheable(p)]
+        not_json += [m.path for m in ms.values() if not cache_models.cacheable(m.manifest)]
         if not_json:
             cache.report(f"cache: not written: {name}: {', '.join(not_json)} does not come back from JSON unchanged")
             return
@@ -107,9 +108,9 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> No
         features = {str(Path(s.patches) / FEATURES) for s in sources if (Path(s.patches) / FEATURES).is_dir()}
         folders = sorted({str(s.patches) for s in sources} | features | {str(d) for d in dirs})
         files = sorted({f for s in sources for f in getattr(s, "inputs", ())})
-        content = {"patches": {k: cache.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
+        content = {"patches": {k: cache_models.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
                    "set_of": ps.set_of,
-                   "manifests": {v: {"path": m.path, "manifest": cache.dumps(m.manifest)} for v, m in ms.items()}}
+                   "manifests": {v: {"path": m.path, "manifest": cache_models.dumps(m.manifest)} for v, m in ms.items()}}
         body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
                 "inputs": _sets_inputs(folders, files), "content": content}
         if cache.write(name, body):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from vllm_patchkit.reporting import status as status_mod
+from vllm_patchkit.reporting import run_folder, verdict
 from vllm_patchkit.tools.check import add_check
 from vllm_patchkit.tools.pin import add_pin
 from vllm_patchkit.runtime.record import default_status_dir
@@ -16,17 +17,17 @@ from vllm_patchkit.runtime.record import default_status_dir
 def cmd_status(args: argparse.Namespace) -> int:
     base = Path(args.dir) if args.dir else default_status_dir()
     if args.list:
-        for rid in status_mod.list_runs(base):
+        for rid in run_folder.list_runs(base):
             print(rid)
-        return status_mod.OK
-    run = status_mod.load_run(base, args.run)
+        return verdict.OK
+    run = run_folder.load_run(base, args.run)
     if args.sets:
-        run = status_mod.narrow(run, set(args.sets))
+        run = run_folder.narrow(run, set(args.sets))
     if args.json:
         print(status_mod.to_json(run, args.min_steps))
     else:
         print(status_mod.render(run, args.min_steps, show_skipped=args.all), end="")
-    code, _ = status_mod.assess(run, args.min_steps)
+    code, _ = verdict.assess(run, args.min_steps)
     return code
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional, Protocol, Union
 from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import wrappers
 from vllm_patchkit.tools.live import note_import
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
@@ -74,7 +75,7 @@ class LiveRelease:
             return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
         raw = place.get_raw()
         f = fp.live(raw, place.owner_is_class, with_digest, with_value=True)
-        layers = fp.wrapper_layers(raw)
+        layers = wrappers.wrapper_layers(raw)
         return f.model_copy(update={"wrappers": layers}) if layers else f
 
     def identity(self, spec: str) -> Optional[tuple[Any, str]]:

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import source_fingerprint as fp
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.upstream.static_decorators import decorated, kind_of

@@ -14,10 +14,9 @@ imports vLLM (18 s and 700 MiB for one real set) or worse, aborts the process
   is taken from its `__spec__`;
 - the file is parsed with `ast`; `module:Qualname` is followed through `def`,
   `class`, `from x import y` (also relative) and simple aliases `x = y`;
-- a function's signature is an `inspect.Signature` whose defaults render as their
-  source text (so `convention.py` compares it exactly like a live one), a method
-  is the class's own `def` (then the mixins of the plugin's own side, never a
-  vLLM base), with the class's bases named as written.
+- a method is the class's own `def` (then the mixins of the plugin's own side,
+  never a vLLM base), with the class's bases named as written; what is read off
+  the def found (its signature, its `super()` calls) is `impl_def.ImplDef`'s.
 
 What cannot be found or parsed raises `ImplUnreadable` ("implementation module X
 cannot be read: ..."); callers turn it into a finding. A name bound by code that
@@ -35,14 +34,12 @@ import importlib.machinery
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream.impl_def import FUNC, ImplDef
+from vllm_patchkit.upstream.source_fingerprint import _default
 from vllm_patchkit.upstream.static_tables import dotted
-
-FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 class ImplUnreadable(Exception):
@@ -52,93 +49,6 @@ class ImplUnreadable(Exception):
     def __init__(self, message: str, missing: bool = False):
         super().__init__(message)
         self.missing = missing
-
-
-class _Src:
-    """A default value known only by its source text: `repr` gives the text (as a pinned signature shows it)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True)
-class ImplDef:
-    """One definition of the implementation, as its source has it."""
-
-    spec: str  # module:Qualname where it is defined
-    file: str
-    kind: str  # function | method | staticmethod | classmethod | property | class | value
-    node: ast.AST = field(repr=False, compare=False)
-    bases: tuple[str, ...] = ()  # a class: its bases as written (dotted names)
-
-    @property
-    def line(self) -> int:
-        return getattr(self.node, "lineno", 0)
-
-    @property
-    def signature(self) -> Optional[inspect.Signature]:
-        """The callable's signature (a class: None); defaults render as source text."""
-        if isinstance(self.node, FUNC):
-            return signature_of(self.node.args)
-        return None
-
-    @property
-    def callable(self) -> Optional[bool]:
-        """True for a def or class, False for a literal value, None when the source does not tell."""
-        if isinstance(self.node, (*FUNC, ast.ClassDef, ast.Lambda)):
-            return True
-        if isinstance(self.node, ast.expr):
-            try:
-                ast.literal_eval(self.node)
-                return False
-            except Exception:
-                return None
-        return None
-
-    def super_calls(self) -> frozenset[str]:
-        """Names this function calls through `super().name(...)` or `super(Cls, self).name(...)`."""
-        return super_calls(self.node) if isinstance(self.node, FUNC) else frozenset()
-
-    def calls_super(self, name: Optional[str] = None) -> bool:
-        return (name or self.spec.rpartition(".")[2].rpartition(":")[2]) in self.super_calls()
-
-
-def signature_of(args: ast.arguments) -> inspect.Signature:
-    P = inspect.Parameter
-    params: list[inspect.Parameter] = []
-    positional = [*args.posonlyargs, *args.args]
-    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    for i, (a, d) in enumerate(zip(positional, defaults)):
-        kind = P.POSITIONAL_ONLY if i < len(args.posonlyargs) else P.POSITIONAL_OR_KEYWORD
-        params.append(P(a.arg, kind, default=P.empty if d is None else _Src(fp._default(d))))
-    if args.vararg is not None:
-        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
-    for a, d in zip(args.kwonlyargs, args.kw_defaults):
-        params.append(P(a.arg, P.KEYWORD_ONLY, default=P.empty if d is None else _Src(fp._default(d))))
-    if args.kwarg is not None:
-        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
-    return inspect.Signature(params)
-
-
-def super_calls(func: ast.AST) -> frozenset[str]:
-    """`super().name(...)` / `super(Cls, self).name(...)` in the function's own body (not nested defs)."""
-    out: set[str] = set()
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (*FUNC, ast.ClassDef, ast.Lambda)):
-            continue  # another scope: its super() is another method's
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
-                and node.func.value.func.id == "super"):
-            out.add(node.func.attr)
-        stack.extend(ast.iter_child_nodes(node))
-    return frozenset(out)
 
 
 # -- finding the file ---------------------------------------------------------------------------
@@ -260,7 +170,7 @@ def _relative(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 def _decorator_kind(node: ast.AST, in_class: bool) -> str:
     if not isinstance(node, FUNC):
         return "class" if isinstance(node, ast.ClassDef) else "value"
-    names = {fp._default(d) if not isinstance(d, ast.Call) else ast.unparse(d.func) for d in node.decorator_list}
+    names = {_default(d) if not isinstance(d, ast.Call) else ast.unparse(d.func) for d in node.decorator_list}
     if "staticmethod" in names:
         return "staticmethod"
     if "classmethod" in names:
@@ -406,13 +316,8 @@ def call_signature(d: ImplDef) -> Optional[inspect.Signature]:
     return sig.replace(parameters=params)
 
 
-def signature_text(d: ImplDef) -> Optional[str]:
-    return fp.render_arguments(d.node.args) if isinstance(d.node, FUNC) else None
-
-
 def clear_cache() -> None:
     _PARSED.clear()
 
 
-__all__ = ["ImplDef", "ImplUnreadable", "locate", "override", "read", "signature_of", "super_calls"]
-
+__all__ = ["ImplUnreadable", "locate", "override", "read"]

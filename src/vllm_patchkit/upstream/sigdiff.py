@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from vllm_patchkit.upstream import fingerprint as fp
+from vllm_patchkit.upstream import source_fingerprint as fp
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.declaration.pins import Fingerprint
