@@ -156,7 +156,9 @@ class Decisions:
             module = patch.target.partition(":")[0]
             if module not in sys.modules:
                 return Deferred(module, f"its target module {module} is not imported")
-        result = verify(patch, entry, self.pinned_by)
+        # a `uses` place whose module vLLM has not imported is verified when it is, never imported here for it
+        later = frozenset(s for s in patch.uses if self.lazy and s.partition(":")[0] not in sys.modules)
+        result = verify(patch, entry, self.pinned_by, later)
         if not isinstance(result, Finding):
             result = kind.choose(patch, result, self.vllm_config)
         if isinstance(result, Skip):

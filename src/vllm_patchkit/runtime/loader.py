@@ -282,6 +282,8 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
         rec.set(APPLIED)
         if applied is not None and patch.target and kind.installs_function:
             self._record_stack(patch)
+        if v.later_uses:
+            self._watch_uses(patch, next((e for p, e, _ in self.plan if p.id == patch.id), None), v.later_uses)
 
     def _record_stack(self, patch: Patch) -> None:
         """Several patches on one target: every one of them records the order (innermost first)."""

@@ -33,6 +33,7 @@ class Verified:
     already: bool = False
     notes: list[Finding] = field(default_factory=list)
     selection: Any = None  # kind subclass: the config field it sets (subclass.Selection), judged at the config stage
+    later_uses: list[str] = field(default_factory=list)  # `uses` verified when their module is imported
 
 
 def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
@@ -184,11 +185,34 @@ def _set_place(patch: Patch, entry: Optional[ManifestEntry]) -> "tuple[Place, bo
     return bad if bad is not None else (place, False)
 
 
+def verify_use(patch: Patch, entry: Optional[ManifestEntry], spec: str, copied: bool = False) -> Optional[Finding]:
+    """An upstream callable the implementation uses (or a body it copies) against its pin: None when it matches."""
+    what = "upstream body the implementation copies" if copied else "upstream callable the implementation uses"
+    try:
+        used = resolve(spec)
+    except TargetError as exc:
+        return Finding("uses", f"{what} is gone: {exc}", spec, "missing")
+    pin = entry.targets.get(spec) if entry is not None else None
+    if pin is None and entry is None and patch.observer:
+        return None  # an observing hook with no manifest entry: it exists, which is all it needs here
+    if pin is None:
+        return Finding("unpinned", f"{spec} ({'copied' if copied else 'used'} by the implementation) "
+                       "has no pin in the manifest", "a pinned fingerprint", None)
+    used_raw = used.get_raw()
+    bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None,
+                                      with_value=pin.value_digest is not None), used_raw, patch)
+    if bad is not None:
+        return Finding("uses", f"{what} changed: {bad.reason}", bad.expected, bad.found)
+    return None
+
+
 def verify(patch: Patch, entry: Optional[ManifestEntry],
-           pinned_elsewhere: Optional[dict[str, list[str]]] = None) -> Verified | Finding:
+           pinned_elsewhere: Optional[dict[str, list[str]]] = None, later: frozenset = frozenset()) -> Verified | Finding:
     """Resolve target, copies and implementation; compare with the manifest's pins.
 
     `pinned_elsewhere` (kind subclass): every place the plan pins -> the patch keys pinning it.
+    `later`: `uses` places whose module is not imported yet, left for the loader to verify when it is (listed in
+    the result's `later_uses`), so verifying never imports a module vLLM has not imported itself.
     """
     out = Verified()
     if patch.kind is Kind.set and (patch.instances or patch.inherited_from is not None):
@@ -281,23 +305,12 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
     elsewhere = {patch.target, *patch.copies, *(f"{patch.target}.{m}" for m in patch.overrides)}
     copied = [s for s in patch.reimplements or () if s not in elsewhere and s not in patch.uses]
     for spec in [*patch.uses, *copied]:
-        what = ("upstream body the implementation copies" if spec in copied
-                else "upstream callable the implementation uses")
-        try:
-            used = resolve(spec)
-        except TargetError as exc:
-            return Finding("uses", f"{what} is gone: {exc}", spec, "missing")
-        pin = entry.targets.get(spec) if entry is not None else None
-        if pin is None and entry is None and patch.observer:
-            continue  # an observing hook with no manifest entry: it exists, which is all it needs here
-        if pin is None:
-            return Finding("unpinned", f"{spec} ({'copied' if spec in copied else 'used'} by the implementation) "
-                           "has no pin in the manifest", "a pinned fingerprint", None)
-        used_raw = used.get_raw()
-        bad = _compare(spec, pin, fp.live(used_raw, used.owner_is_class, with_digest=pin.source_digest is not None,
-                                          with_value=pin.value_digest is not None), used_raw, patch)
-        if bad is not None:
-            return Finding("uses", f"{what} changed: {bad.reason}", bad.expected, bad.found)
+        if spec in later:
+            out.later_uses.append(spec)  # its module is not imported yet: verified when it is (waiting.py)
+            continue
+        found = verify_use(patch, entry, spec, copied=spec in copied)
+        if found is not None:
+            return found
     if patch.value_from is not None:  # kind set with an object: it must import, and be what gets installed
         try:
             out.impl = load_object(patch.value_from)

@@ -15,7 +15,7 @@ from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.decide import Deferred, NeededButUnavailable
 from vllm_patchkit.runtime.lazy import HOOK
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING
-from vllm_patchkit.runtime.verify import Verified
+from vllm_patchkit.runtime.verify import Verified, verify_use
 from vllm_patchkit.upstream.targets import MISSING, TargetError, function_of, resolve
 from vllm_patchkit.upstream.findings import Finding
 
@@ -69,22 +69,59 @@ class Waiting:
                     self._watch_stale_applied(patch, applied)
                 self._watch_late_copies(patch)
         if rec.state == FAILED and patch.required:
-            exc = RequiredPatchFailed(rec)
-            self.process.error = str(exc)
-            log.error("%s", exc)
-            self.flush()
-
-            def again(mod, exc=exc):  # a caller that catches the error and imports again fails again
-                raise exc
-
-            HOOK.keep_failing(module, self, again)
-            raise exc
+            self._fail_import(rec, module)
         if rec.state == FAILED and rec.warning is None:
             self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({rec.code}): "
                             f"{rec.reason}; expected {rec.expected}, found {rec.found}")
         self.flush()
         log.info("vllm-patchkit: role=%s pid=%d %s %s when %s was imported", self.role, os.getpid(), rec.patch,
                  rec.state, module)
+
+    def _fail_import(self, rec, module: str) -> None:
+        """A required patch failed while `module` was imported: that import fails, naming the patch, and so does
+        every later import of it (a caller that catches the error and imports again)."""
+        exc = RequiredPatchFailed(rec)
+        self.process.error = str(exc)
+        log.error("%s", exc)
+        self.flush()
+
+        def again(mod, exc=exc):
+            raise exc
+
+        HOOK.keep_failing(module, self, again)
+        raise exc
+
+    def _watch_uses(self, patch: Patch, entry: Optional[ManifestEntry], specs: list[str]) -> None:
+        """`uses` places whose module vLLM had not imported when the patch applied: verified the moment it is (the
+        front end's config-ready hook pins the model registry, which vLLM imports while it builds the config)."""
+        for spec in specs:
+            module = spec.partition(":")[0]
+            mod = sys.modules.get(module)
+            if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+                self._on_use_import(patch, entry, spec, module)
+            else:
+                HOOK.watch(module, self, lambda mod, spec=spec, module=module: self._on_use_import(patch, entry, spec,
+                                                                                                  module))
+
+    def _on_use_import(self, patch: Patch, entry: Optional[ManifestEntry], spec: str, module: str) -> None:
+        rec = self.records[patch.id]
+        applied = self.applied.get(patch.id)
+        if rec.state != APPLIED or applied is None:
+            return  # unpatched meanwhile
+        found = verify_use(patch, entry, spec)
+        if found is None:
+            rec.detail.setdefault("uses_verified_on_import", []).append(spec)
+            return
+        self.applied.pop(patch.id).undo()  # it must not run on a callable that is no longer what was pinned
+        reason = f"{found.reason} (verified when {module} was imported; the patch was taken back)"
+        if patch.required:
+            self._required_failed(patch, found.code, reason, found.expected, found.found)
+        else:
+            rec.set(FAILED, found.code, reason, found.expected, found.found)
+            self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({found.code}): {reason}")
+        if rec.state == FAILED and patch.required:
+            self._fail_import(rec, module)
+        self.flush()
 
     def _watch_late_copies(self, patch: Patch) -> None:
         """Declared copies whose module is not imported yet: patched when it is, if it then holds the original
