@@ -61,6 +61,7 @@ class Layout:
     placement: Any
     group_ids: tuple[int, ...]
     block_size: int
+    proxy_group_id: int = 0
 
 
 def image_layout(kv_cache_config: Any, registry: Any) -> Optional[Layout]:
@@ -76,7 +77,8 @@ def image_layout(kv_cache_config: Any, registry: Any) -> Optional[Layout]:
     if sizes != {adapter.block_size}:
         raise ValueError(f"vllm-patchkit: image-publish: {adapter.name} image groups have block sizes "
                          f"{sorted(sizes)}, the adapter's images are per {adapter.block_size}-token block")
-    return Layout(adapter, adapter.placement(), ids, adapter.block_size)
+    proxy = next(i for i, g in enumerate(groups) if adapter.proxy_layer_name in g.layer_names)
+    return Layout(adapter, adapter.placement(), ids, adapter.block_size, proxy)
 
 
 @dataclass
@@ -97,6 +99,9 @@ class Book:
     layout: Layout
     manager: Any  # vLLM's KVCacheManager
     pending: dict[str, Image] = field(default_factory=dict)  # request id -> its undecided image
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict)  # request id -> (demand rung, anchor)
+    last_image: dict[str, int] = field(default_factory=dict)  # request id -> its last image's boundary
+    published: dict[str, Image] = field(default_factory=dict)  # request id -> its last published image
 
     @property
     def pool(self) -> Any:
@@ -110,13 +115,42 @@ class Book:
         n = boundary // self.layout.block_size
         return view[n - 1] if len(view) >= n else None
 
+    # -- admission -------------------------------------------------------------------------------
+    def admit(self, request: Any, blocks: Any, hit: int, shared_prefix_boundary: int) -> None:
+        """At each prefix lookup (``get_computed_blocks``): the request's anchor and demand rung.
+
+        vLLM reports the paged-history hit past the image hit as ``shared_prefix_boundary`` (the image groups
+        cut the hit short there); a demand rung goes there when the pool has room for the rest of the request
+        and one more image (its live blocks, less the hit blocks other requests hold, + k)."""
+        p, bs = self.layout.placement, self.layout.block_size
+        anchor = p.anchor_at(request.num_prompt_tokens, request.num_tokens, bs)
+        compressed_hit = shared_prefix_boundary or hit
+        has_room = True
+        if p.demand and p.publishes and compressed_hit > hit:
+            hit_blocks = blocks.blocks[self.layout.proxy_group_id][:hit // bs] if hit else []
+            live = -(-request.num_tokens // bs) - sum(1 for b in hit_blocks if b.ref_cnt > 0)
+            has_room = self.pool.get_num_free_blocks() >= live + len(self.layout.group_ids)
+            if not has_room:
+                self.ctx.count("demands_declined_no_room")
+        demand = p.demand_at(hit, compressed_hit, has_room)
+        self.marks[request.request_id] = (demand, anchor)
+
+    def image_kind(self, request: Any, start: int, end: int) -> Optional[str]:
+        """Which image, if any, a step from ``start`` to ``end`` tokens keeps (the placement's rules)."""
+        p, bs, rid = self.layout.placement, self.layout.block_size, request.request_id
+        if start >= max(request.num_prompt_tokens, request.num_tokens - 1):  # decoding
+            return "keep" if p.decode_keeps(end, self.last_image.get(rid, 0), bs) else None
+        demand, anchor = self.marks.get(rid) or (0, p.anchor_at(request.num_prompt_tokens, request.num_tokens, bs))
+        return p.keeps(end, request.num_prompt_tokens, demand, anchor)
+
     # -- filing ------------------------------------------------------------------------------------
-    def file(self, request: Any, end: int) -> None:
-        """After vLLM allocated a step that ends at ``end`` tokens: file its image, if the placement says so."""
-        kind = self.layout.placement.image_at(end, request.num_prompt_tokens, self.layout.block_size)
+    def file(self, request: Any, start: int, end: int) -> None:
+        """After vLLM allocated a step from ``start`` to ``end`` tokens: file its image, if the placement says so."""
+        kind = self.image_kind(request, start, end)
         if kind is None:
             return
         rid = request.request_id
+        self.last_image[rid] = end
         previous = self.pending.get(rid)
         if previous is not None:
             if previous.boundary == end:
@@ -154,8 +188,8 @@ class Book:
         self.pending.pop(request.request_id, None)
         published = self.boundary_hash(request, image.boundary) is not None
         if published:
-            self.publish(request, image)
-            if image.deferred:
+            published = self.publish(request, image)
+            if published and image.deferred:
                 self.ctx.count("published_deferred")
         elif on_missing:
             self.ctx.count(on_missing)
@@ -169,17 +203,44 @@ class Book:
             self.ctx.count(counter)
             self.release(image)
 
-    def publish(self, request: Any, image: Image) -> None:
-        """File the image's blocks under the prefix hash at its boundary, through vLLM's cache_full_blocks."""
+    def cached(self, request: Any, boundary: int) -> bool:
+        """Whether every image group already has a block under this boundary's hash (a duplicate image)."""
+        h = self.boundary_hash(request, boundary)
+        return h is not None and self.pool.get_cached_block(h, list(self.layout.group_ids)) is not None
+
+    def publish(self, request: Any, image: Image) -> bool:
+        """File the image's blocks under the prefix hash at its boundary, through vLLM's cache_full_blocks;
+        not when that boundary already has a whole image (a duplicate: skipped, as native does)."""
+        if self.cached(request, image.boundary):
+            self.ctx.count("duplicates_skipped")
+            return False
         n = image.boundary // self.layout.block_size
         cache_full_blocks = self.ctx.use("cache_full_blocks")
         for gid, block in image.blocks.items():
+            if block.block_hash is not None:
+                continue  # this group's block survived a partial eviction of the same boundary
             cache_full_blocks(self.pool, request, [self.pool.null_block] * (n - 1) + [block], n - 1, n,
                               self.layout.block_size, gid)
             manager = self.manager.coordinator.single_type_managers[gid]
             # vLLM's own guard for Mamba groups: a state cached in this step is not hit in this step.
             getattr(manager, "cached_blocks_this_step", set()).add(block.block_hash)
+        self.published[request.request_id] = image
         self.ctx.count("published")
+        return True
+
+    def take_back(self, request: Any) -> None:
+        """A request preempted in the step that scheduled its image's forward: that forward will not run, so
+        the image was never written; unpublish it (native ``take_store_plan``). The forward of an image whose
+        boundary the request's computed tokens already reached was scheduled, and stays published."""
+        image = self.published.pop(request.request_id, None)
+        if image is not None and request.num_computed_tokens < image.boundary:
+            self.pool.evict_blocks({b.block_id for b in image.blocks.values()})
+            self.ctx.count("unpublished_not_run")
+
+    def forget(self, request: Any) -> None:
+        """The request left (finished) or starts over (preempted): forget its marks and last image."""
+        for book in (self.marks, self.last_image, self.published):
+            book.pop(request.request_id, None)
 
     def release(self, image: Image) -> None:
         self.pool.free_blocks(list(image.blocks.values()))
@@ -195,11 +256,12 @@ def book_of(manager: Any, ctx: PatchContext) -> Optional[Book]:
     if book is not None:
         for gid in layout.group_ids:
             manager.coordinator.single_type_managers[gid].__dict__[IMAGE_GROUP_ATTR] = True
-        for name in ("published", "deferred", "dropped_on_abort", "dropped_on_preemption"):
+        for name in ("published", "deferred", "dropped_on_abort", "dropped_on_preemption", "duplicates_skipped",
+                     "unpublished_not_run"):
             ctx.count(name, 0)  # in the record from the start
     ctx.note(flush=False, layout=None if layout is None else {
         "adapter": layout.adapter.name, "image_groups": list(layout.group_ids), "block_size": layout.block_size,
-        "interval_tokens": layout.placement.interval_tokens, "anchor": layout.placement.anchor,
+        "interval_tokens": layout.placement.interval_tokens, "demand": layout.placement.demand,
         "hash_block_size": manager.block_pool.hash_block_size})
     d[BOOK_ATTR] = book
     return book
@@ -219,7 +281,7 @@ def allocate_slots(wrapped, instance, args, kwargs, ctx):
     book.retry(request)  # before vLLM may free the previous state block
     new_blocks = wrapped(*args, **kwargs)
     if new_blocks is not None:
-        end = (request.num_computed_tokens + ctx.arg(args, kwargs, "num_new_computed_tokens")
-               + ctx.arg(args, kwargs, "num_external_computed_tokens") + ctx.arg(args, kwargs, "num_new_tokens"))
-        book.file(request, end)
+        start = (request.num_computed_tokens + ctx.arg(args, kwargs, "num_new_computed_tokens")
+                 + ctx.arg(args, kwargs, "num_external_computed_tokens"))
+        book.file(request, start, start + ctx.arg(args, kwargs, "num_new_tokens"))
     return new_blocks
