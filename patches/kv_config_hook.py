@@ -142,8 +142,7 @@ class PoolPlan:
 
 def _why_per_group(plan: PoolPlan) -> str:
     """How the working blocks per image group were counted, for the refusal message."""
-    return (f"{plan.working_per_group} x {plan.image_groups} image groups: the running block and the previous "
-            "one, with or without async scheduling")
+    return f"{plan.working_per_group} x {plan.image_groups} image groups"
 
 
 def _physical_blocks(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memory, page_bytes: int) -> int:
