@@ -33,9 +33,10 @@ and a request holds at most 2 blocks per image group (vLLM's running block, and 
 pinned image, which is the same block: the image at a step's end is that step's running block). Decided
 images are released: a published one stays in vLLM's prefix cache (evictable, last) for later hits.
 
-Counters (this patch's record, ``detail``): ``filed.{rung,anchor,keep}``, ``published``, ``deferred``,
-``published_deferred``, ``dropped_on_abort``, ``dropped_on_preemption``, ``dropped_superseded``,
-``dropped_unhashed_on_finish``, ``skipped_no_block``.
+Counters (this patch's record, ``detail``): ``filed.{rung,demand,anchor,keep}``, ``published``, ``deferred``,
+``published_deferred``, ``duplicates_skipped``, ``unpublished_not_run``, ``demands_declined_no_room``,
+``dropped_on_abort``, ``dropped_on_preemption``, ``dropped_superseded``, ``dropped_unhashed_on_finish``,
+``skipped_no_block``; ``placed``: the first 64 filings as ``[kind, boundary]``, in order.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from vllm_patchkit.context import PatchContext
 
 log = logging.getLogger("vllm.patchkit")
 
+PLACED_KEPT = 64  # filings noted in the record, in order (where the images fell; bounded)
 BOOK_ATTR = "_vllm_patchkit_image_book"  # on the KVCacheManager: the Book, or None (no adapter's images)
 IMAGE_GROUP_ATTR = "_vllm_patchkit_image_group"  # on each image group's MambaManager: True
 LAYOUT_ATTR = "_vllm_patchkit_image_layout"  # on a Scheduler: its Layout, or None
@@ -102,6 +104,7 @@ class Book:
     marks: dict[str, tuple[int, int]] = field(default_factory=dict)  # request id -> (demand rung, anchor)
     last_image: dict[str, int] = field(default_factory=dict)  # request id -> its last image's boundary
     published: dict[str, Image] = field(default_factory=dict)  # request id -> its last published image
+    placed: list = field(default_factory=list)  # the first PLACED_KEPT filings: [kind, boundary] (the record)
 
     @property
     def pool(self) -> Any:
@@ -168,6 +171,9 @@ class Book:
         self.pool.touch(list(blocks.values()))
         image = Image(end, kind, blocks)
         self.ctx.count("filed." + kind)
+        if len(self.placed) < PLACED_KEPT:
+            self.placed.append([kind, end])
+            self.ctx.note(flush=False, placed=list(self.placed))
         if self.boundary_hash(request, end) is not None:
             self.publish(request, image)
             self.release(image)
