@@ -27,7 +27,8 @@ from vllm_patchkit.demo.tiny_model import build_tiny_model
 from vllm_patchkit.patches import image_publish as ip
 
 IDS = ["image-publish", "image-publish-suppress", "image-publish-finish", "image-publish-preempt",
-       "image-publish-split"]
+       "image-publish-split", "image-publish-admit", "image-publish-release", "image-kv-zeroing-off",
+       "image-cow-refuse"]
 STOP = 99
 
 
@@ -476,6 +477,45 @@ def test_one_block_below_the_minimum_is_refused_and_vllm_would_preempt(patched, 
         with pytest.raises(AssertionError, match="not finished|stuck"):
             serve(engine, [req])  # the lone request is preempted again and again: it never finishes
         assert req.num_preemptions >= 1 and req.num_tokens < L_MAX, short
+
+
+# ---------------------------------------------------------------------------
+# Item 9: vLLM-side pieces of the worker path (zeroing off, copy-on-write refused)
+# ---------------------------------------------------------------------------
+
+
+def test_kv_zeroing_is_off_for_the_adapters_pool_and_on_without_the_patch(patched, v4_checkpoint, toy):
+    """vLLM zeroes new blocks of a config with Mamba groups (its view of a block is not the adapter's layout):
+    with the patch the scheduler, its coordinator and a worker read False and no block is listed to zero;
+    after unpatching, vLLM's own answer for the same config is True."""
+    sched = build(v4_checkpoint, toy)
+    assert sched.needs_kv_cache_zeroing is False and sched.kv_cache_config.needs_kv_cache_zeroing is False
+    engine = Engine(sched)
+    req = new_request(sched, "r0", range(1, 700), max_tokens=4)
+    listed = []
+    while not req.is_finished():
+        listed += list(engine.step().new_block_ids_to_zero or [])
+    assert listed == []
+    assert counts(patched)["published"] >= 1
+    patched.unpatch()
+    assert sched.kv_cache_config.needs_kv_cache_zeroing is True  # vLLM alone: Mamba groups are zeroed
+
+
+def test_copy_on_write_copies_on_the_adapters_pool_stop_engine_core(patched, v4_checkpoint, toy):
+    """A copy-on-write pair pending in an image group (vLLM's own drain, take_kv_cache_block_copies, turns it
+    into SchedulerOutput.kv_cache_block_copies): the step is refused with the blocks named. (vLLM makes such
+    pairs on partial hits of hybrid groups; one is queued on the group's own list here, as its CoW path does.)"""
+    sched = build(v4_checkpoint, toy)
+    engine = Engine(sched)
+    req = new_request(sched, "r0", range(1, 300), max_tokens=2)
+    engine.until(lambda: req.is_finished())
+    gid = book(sched).layout.group_ids[0]
+    mgr = sched.kv_cache_manager.coordinator.single_type_managers[gid]
+    src, dst = sched.kv_cache_manager.block_pool.get_new_blocks(2)
+    mgr._pending_cow_copies.append((src, dst))
+    with pytest.raises(RuntimeError, match=f"image-cow-refuse@1: vLLM scheduled 1 copy-on-write block copies "
+                                           rf"\(source, copy: \[\({src.block_id}, {dst.block_id}\)\]\)"):
+        sched.schedule()
 
 
 # ---------------------------------------------------------------------------
