@@ -479,6 +479,57 @@ def test_one_block_below_the_minimum_is_refused_and_vllm_would_preempt(patched, 
         assert req.num_preemptions >= 1 and req.num_tokens < L_MAX, short
 
 
+def test_a_duplicate_image_is_not_published_again(patched, v4_checkpoint, toy):
+    """Issue 22 item 6. A block-aligned 1,024-token prompt files its anchor 768 (one block short) and the rung
+    1,024 (one chunk: the cut is the earliest of the anchor and the last rung inside it, as native's). The same prompt again can match at most 1,023 tokens: it resumes at 768 and ends on 1,024
+    again, whose boundary already has a whole image: not published again (native ``_image_cached``); the
+    cached image stays the first request's blocks."""
+    sched = build(v4_checkpoint, toy)
+    engine = Engine(sched)
+    r0 = new_request(sched, "r0", range(1, 1025), max_tokens=4)
+    engine.until(lambda: r0.is_finished())
+    first = image_blocks(sched, 1024, r0)
+    assert first is not None and counts(patched)["filed"] == {"rung": 1, "anchor": 1}
+    r1 = new_request(sched, "r1", range(1, 1025), max_tokens=4)
+    assert first_schedule_hit(engine, r1) == 768
+    engine.until(lambda: r1.is_finished())
+    c = counts(patched)
+    assert c["filed"]["rung"] == 2 and c["duplicates_skipped"] == 1 and c["published"] == 2
+    assert image_blocks(sched, 1024, r1) == first
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_image_published_for_a_step_its_request_is_preempted_from_is_taken_back(patched, v4_checkpoint, toy,
+                                                                                   asynchronous):
+    """Issue 22 item 7, reachable on vLLM's scheduler: with priority scheduling, ``Scheduler.schedule`` preempts
+    the lowest-priority running request even after it scheduled it in the same step (and drops that step). Here
+    "low" (priority 10) is scheduled first, its prefill chunk cut at the rung 3,584 whose image the book
+    publishes at allocation; then "high" (priority 0) crosses into a new block and finds none (3 free: "low"
+    took 2), so vLLM preempts "low". That step's forward never runs, so the image is never written: it is taken
+    back (its blocks leave the prefix cache). Without the rule it stayed published under the prefix hash."""
+    sched = build(v4_checkpoint, toy, blocks=200, asynchronous=asynchronous, max_model_len=16_384)
+    sched.policy = type(sched.policy).PRIORITY
+    sched.max_num_scheduled_tokens = 612  # "low" gets 512 a step (cut at its rungs), "high" its decode token
+    pool = sched.kv_cache_manager.block_pool
+    engine = Engine(sched)
+    low = new_request(sched, "low", range(1, 12_001), max_tokens=8)
+    low.priority = 10
+    engine.step()  # "low" runs first: it precedes "high" in the running list
+    high = new_request(sched, "high", range(20_001, 20_255), max_tokens=100)
+    high.priority = 0
+    engine.until(lambda: high.num_computed_tokens >= 256)
+    assert low.num_computed_tokens == 3072 and low.num_preemptions == 0
+    held = pool.get_new_blocks(pool.get_num_free_blocks() - 3)  # leave 3 free blocks
+    out = engine.step()
+    assert dict(out.num_scheduled_tokens) == {"high": 1} and low.num_preemptions == 1
+    assert image_blocks(sched, 3584, low) is None  # published at allocation, taken back at the preemption
+    assert image_blocks(sched, 3072, low) is not None  # the previous step's rung ran: it stays
+    assert counts(patched)["unpublished_not_run"] == 1
+    pool.free_blocks(held)
+    engine.until(lambda: low.is_finished() and high.is_finished(), limit=400)
+    assert image_blocks(sched, 3584, low) is not None  # filed again when "low" resumed and ran it
+
+
 # ---------------------------------------------------------------------------
 # Item 9: vLLM-side pieces of the worker path (zeroing off, copy-on-write refused)
 # ---------------------------------------------------------------------------
