@@ -13,7 +13,8 @@
   ceil(max_model_len / block) + images_per_request * k`` refuses; 0 images without prefix caching).
 
 It is run against the project's ``Placement`` (the rules the image-publish patches call), ``Book.image_kind``
-(prefill vs decode, the last image), ``Sizing`` (withheld blocks) and the KV-config hook's ``plan_pool`` /
+(prefill vs decode, the last image), ``Book.boundary_hash`` (the prefix hash an image is filed under, at hash
+block sizes 16..256: vLLM's ``resolve_block_hashes``), ``Sizing`` (withheld blocks) and the KV-config hook's ``plan_pool`` /
 ``PoolPlan`` (minimum pool, refusal, the re-fit budget), on seeded random cases. Two minimum-pool terms are
 kept different on purpose, each measured on vLLM's real scheduler (tests/patches/test_image_publish.py) and
 written in docs/adapters/image-publish.md: vLLM's null block (+1) and, at interval 0, the image groups' 2
@@ -28,7 +29,11 @@ import random
 from types import SimpleNamespace as NS
 
 from tests.adapters.test_deepseek_v4 import FLASH, TINY, spec_of
+from pathlib import Path
+
 from vllm_patchkit.adapters import DeepseekV4Adapter, Placement, Sizing
+from vllm_patchkit.context import PatchContext
+from vllm_patchkit.declare import parse_patch
 from vllm_patchkit.patches import image_publish as ip
 from vllm_patchkit.patches import kv_config_hook as hook
 
@@ -123,6 +128,28 @@ def native_images(n: Native, prompt, num_tokens, hit, compressed_hit, has_room, 
     return anchor, demand, images
 
 
+BOOK_CTX = PatchContext.detached(parse_patch(Path(ip.__file__).with_suffix(".yaml")))
+
+
+def native_boundary_hash(block_hashes, end, hash_block):
+    """Native reads ``request.block_hashes[end // block - 1]``: vLLM hashes V4 at its image block (128), so the
+    entry is the chained hash of the prefix ending at ``end``; at a finer hash block that prefix's entry is
+    ``[end // hash_block - 1]``."""
+    return block_hashes[end // hash_block - 1]
+
+
+def project_boundary_hashes(block, hash_block, num_tokens, ends):
+    """What the book reads (``Book.boundary_hash``: vLLM's ``resolve_block_hashes`` at the image block size)
+    for each image boundary, over a hash list of ``num_tokens`` tokens at ``hash_block``; and native's."""
+    hashes = [("h", i) for i in range(num_tokens // hash_block)]
+    book = object.__new__(ip.Book)
+    book.ctx, book.layout = BOOK_CTX, ip.Layout(None, None, (1,), block)
+    book.manager = NS(block_pool=NS(hash_block_size=hash_block))
+    req = NS(block_hashes=hashes)
+    return ([book.boundary_hash(req, e) for e in ends],
+            [native_boundary_hash(hashes, e, hash_block) if e <= num_tokens else None for e in ends])
+
+
 def project_images(p: Placement, block, prompt, num_tokens, hit, compressed_hit, has_room, budget, generated):
     book = object.__new__(ip.Book)
     book.layout = ip.Layout(None, p, (1,), block)
@@ -168,7 +195,7 @@ def test_placement_carve_and_minimum_pool_equal_the_native_plugins():
     specs = {name: spec_of(cfg, kv_fp8=fp8, spec_tokens=s) for name, cfg, fp8, s in
              [("tiny-fp8", TINY, True, 0), ("tiny-bf16", TINY, False, 0), ("tiny-mtp", TINY, True, 1),
               ("flash-fp8", FLASH, True, 0), ("flash-bf16", FLASH, False, 1)]}
-    diffs, counted = [], {"cases": 0, "images": 0, "refused": 0, "draft": 0, "async": 0}
+    diffs, counted = [], {"cases": 0, "images": 0, "refused": 0, "draft": 0, "async": 0, "hash_blocks": set()}
     for case in range(CASES):
         block = rng.choice([64, 128, 256])
         interval = rng.choice([-1, 0, block, 4 * block, 8192 // block * block, rng.randrange(1, 40) * block])
@@ -189,6 +216,12 @@ def test_placement_carve_and_minimum_pool_equal_the_native_plugins():
         if a != b:
             diffs.append(("placement", case, block, interval, demand, prompt, num_tokens, hit, compressed_hit, a, b))
         counted["images"] += len(a[2])
+        hash_block = rng.choice([h for h in (16, 32, 64, 128, 256) if block % h == 0])
+        ends = a[2][:3]
+        got, want = project_boundary_hashes(block, hash_block, num_tokens + generated, ends)
+        if got != want:
+            diffs.append(("boundary hash", case, block, hash_block, ends, got, want))
+        counted["hash_blocks"].add(hash_block)
 
         # the pool: V4 spec at a random slot count and pool size, sync or async, with or without a draft proxy
         name = rng.choice(list(specs))
@@ -233,10 +266,12 @@ def test_placement_carve_and_minimum_pool_equal_the_native_plugins():
         counted["async"] += batches == 2
         counted["cases"] += 1
     print(f"native differential: {counted['cases']} cases ({counted['images']} images placed, "
-          f"{counted['refused']} pools refused, {counted['draft']} with a draft proxy, {counted['async']} async), "
+          f"{counted['refused']} pools refused, {counted['draft']} with a draft proxy, {counted['async']} async, "
+          f"hash blocks {sorted(counted['hash_blocks'])}), "
           f"{len(diffs)} differences")
     assert counted["cases"] == CASES >= 10_000
     assert counted["images"] > CASES and 0 < counted["refused"] < CASES and counted["draft"] and counted["async"]
+    assert counted["hash_blocks"] == {16, 32, 64, 128, 256}
     assert diffs == [], diffs[:5]
 
 
