@@ -3,7 +3,7 @@
 What runs real: the API server, EngineCore, vLLM's KV sizing (through the KV-config hook, with the real
 ``DeepseekV4Adapter`` pricing a V4-shaped config.json), vLLM's ``AsyncScheduler`` and batch queue, its
 ``KVCacheManager`` with one proxy attention group and ``k`` ``MambaSpec`` align image groups, the prefix cache,
-and the five image-publish patches on them. What stands in: the worker and model, as a vLLM ``Executor``
+and the image-publish patches on them. What stands in: the worker and model, as a vLLM ``Executor``
 (``patchkit_standin.state_executor.StateExecutor``, given as ``--distributed-executor-backend``) that keeps a
 state slot per request holding a digest of the tokens it computed, stores it into the image group's running
 block at every step's end with the adapter's copier, and on a prefix hit restores the slot from the image
