@@ -569,6 +569,26 @@ def test_copy_on_write_copies_on_the_adapters_pool_stop_engine_core(patched, v4_
         sched.schedule()
 
 
+def test_at_interval_zero_the_working_blocks_still_count(patched, v4_checkpoint, toy, monkeypatch):
+    """The measured reason the minimum pool keeps 2 blocks per image group at interval 0, where the native
+    plugin counts none (``images_per_request() == 0``): the groups still allocate. At the hook's minimum (100
+    physical) a lone max-length request runs through; with the 2 x 3 image blocks taken off after the check
+    (native's figure plus vLLM's null block) it never finishes."""
+    monkeypatch.setenv(INTERVAL_ENV, "0")
+    physical = minimum_physical(v4_checkpoint, toy, L_MAX)
+    assert physical == 100
+    sched = build(v4_checkpoint, toy, blocks=physical, max_model_len=L_MAX)
+    req = new_request(sched, "r0", range(1, L_MAX - 64 + 1), max_tokens=64)
+    peak, _ = serve(Engine(sched), [req])
+    assert req.num_tokens == L_MAX and req.num_preemptions == 0 and peak == 2
+    assert counts(patched)["published"] == 0
+    sched = build(v4_checkpoint, toy, blocks=physical, max_model_len=L_MAX, bypass=6)
+    req = new_request(sched, "r0", range(1, L_MAX - 64 + 1), max_tokens=64)
+    with pytest.raises(AssertionError, match="not finished|stuck") as info:
+        serve(Engine(sched), [req])
+    assert req.num_tokens < L_MAX, str(info.value)
+
+
 # ---------------------------------------------------------------------------
 # As patches: who gets them
 # ---------------------------------------------------------------------------
