@@ -2,25 +2,30 @@
 
 A model with a per-request state slot (DeepSeek-V4 in the plugin) files checkpoint *images* of the slot into
 ``k`` single-layer image groups (the adapter's ``image_layer_names(k)``; vLLM manages each as a Mamba
-``align`` group, so its ``MambaManager`` keeps a request's running block and the previous one, and one more
-per step in flight under async scheduling: the working blocks the KV-config hook counts). This module decides which of those blocks are images and publishes them
+``align`` group; ``image_publish_release`` keeps a request's running block and the previous one, 2 per group
+with or without async scheduling: the working blocks the KV-config hook counts). This module decides which of
+those blocks are images (the plugin's native placement, ``Placement``) and publishes them
 under the prefix hash with vLLM's own ``BlockPool.cache_full_blocks``; vLLM's own caching of the image groups
 is switched off (``image_publish_suppress``), since only the blocks the plugin's copier filled hold an image.
 
-The book (one per ``KVCacheManager``, kept on it) is driven from five places, each its own patch:
+The book (one per ``KVCacheManager``, kept on it) is driven from these places, each its own patch:
 
 * ``KVCacheManager.allocate_slots`` (this module): before vLLM's call, publish this request's deferred image
-  if its boundary hash exists now; after it, file the image this step makes (``Placement.image_at`` on the
-  step's end), pin its blocks (one per image group) and publish it at once if its boundary hash exists, else
+  if its boundary hash exists now; after it, file the image this step makes (``Book.image_kind``: a prefill
+  keep at a rung, the demand rung or the anchor, or a decode keep one interval past the last image; a
+  duplicate of a cached image is not published again), pin its blocks (one per image group) and publish it at once if its boundary hash exists, else
   **defer** it (a decode keep whose boundary block is closed by a token still in flight: async scheduling);
 * ``MambaManager.cache_blocks`` (``image_publish_suppress``): not for image groups;
 * ``Scheduler._free_request`` (``image_publish_finish``): natural completion publishes a deferred image; an
   abort publishes it only if its hash exists, else **drops** it (publishing it raised ``IndexError`` in
   ``cache_full_blocks`` and took EngineCore down); then vLLM frees the request as usual;
-* ``Scheduler._preempt_request`` (``image_publish_preempt``): a deferred image is **dropped**; the request
-  resumes (and hits its own last published image);
-* ``Scheduler._mamba_block_aligned_split`` (``image_publish_split``): a prefill chunk also stops at each
-  interval rung, so a rung is a step's end.
+* ``Scheduler._preempt_request`` (``image_publish_preempt``): an image published for the step the request is
+  preempted from is **taken back**, a deferred one **dropped**; the request resumes (and hits its own last
+  published image);
+* ``Scheduler._mamba_block_aligned_split`` (``image_publish_split``): a prefill chunk ends on the earliest
+  rung, demand rung or anchor inside it (``Placement.cut``), so each is a step's end;
+* ``KVCacheManager.get_computed_blocks`` (``image_publish_admit``): the request's anchor and demand rung;
+* ``MambaManager.remove_skipped_blocks`` (``image_publish_release``): all but the last image block freed.
 
 Every read of a boundary hash goes through ``boundary_hash``: vLLM's ``resolve_block_hashes`` at the image
 block size, the view ``cache_full_blocks`` itself indexes (vLLM may hash at a finer ``hash_block_size``; the
