@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .deepseek_v4 import DeepseekV4Adapter
 from .protocol import (
+    DEMAND_ENV,
     INTERVAL_ENV,
     ByteImageCopier,
     CheckpointSpec,
@@ -25,6 +26,7 @@ register = REGISTRY.register
 unregister = REGISTRY.unregister
 
 __all__ = [
+    "DEMAND_ENV",
     "INTERVAL_ENV",
     "REGISTRY",
     "ByteImageCopier",

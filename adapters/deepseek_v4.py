@@ -40,6 +40,9 @@ PAGE_ALIGN = 256
 INDEX_SCALE_BYTES = 4
 PROXY_LAYER_NAME = "model.layers.0.atom_deepseek_v4_proxy"
 IMAGE_LAYER_SUFFIX = "atom_deepseek_v4_image"
+#: The MTP draft model's own proxy (``model.layers.{num_hidden_layers}.<suffix>``, bridge
+#: ``deepseek_v4_draft_proxy_layer_name``): its tensor carves its own slots from its own tail.
+DRAFT_PROXY_LAYER_SUFFIX = "atom_deepseek_v4_draft_proxy"
 ARCHITECTURES = ("DeepseekV4ForCausalLM",)
 #: ATOM's ``_V4_IMAGE_LAYOUT_PREFIX``: an image is only restored into the same layout.
 LAYOUT_PREFIX = "dsv4-paged-state-v3-plugin"
@@ -192,8 +195,10 @@ class DeepseekV4Adapter(ModelAdapter):
     image_layer_suffix = IMAGE_LAYER_SUFFIX
     block_size = BLOCK_SIZE
     fp8_kv_supported: bool = True
-    placement_defaults = Placement(interval_tokens=8192, anchor="prompt_end",
-                                   max_images_per_request=2, images_per_boundary=1)
+    draft_proxy_layer_suffix = DRAFT_PROXY_LAYER_SUFFIX
+    #: ATOM's ``Config`` defaults: ``state_checkpoint_interval_tokens=8192``, ``state_checkpoint_demand=True``.
+    placement_defaults = Placement(interval_tokens=8192, demand=True, max_images_per_request=2,
+                                   images_per_boundary=1)
 
     def inputs(self, vllm_config: Any) -> V4Inputs:
         cache_dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto") or "auto")

@@ -34,9 +34,9 @@ Traps, next to the API that has them:
   the contiguous ``ceil(slots * slot / page)`` unless the model's layout carves more
   (DeepSeek-V4: ATOM's planes), so size with the physical count, not the lower bound;
 * an image group holds two working blocks per request (the running image and the
-  previous one), plus one per step still in flight (async scheduling, pipeline
-  stages: ``Placement.peak_blocks_per_group``), whether or not images are
-  published: an interval of 0 publishes nothing but the groups still allocate.
+  previous one), with or without async scheduling (the image-publish release pass
+  frees older ones itself), whether or not images are published: an interval of 0
+  publishes nothing but the groups still allocate.
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ from __future__ import annotations
 import math
 import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
-#: Env var (declared in patches/kv_config_hook.yaml) overriding the placement interval.
+#: Env vars (declared in patches/kv_config_hook.yaml and image_publish.yaml) overriding the placement.
 INTERVAL_ENV = "VLLM_PATCHKIT_IMAGE_INTERVAL_TOKENS"
+DEMAND_ENV = "VLLM_PATCHKIT_IMAGE_DEMAND"
 
 #: Every slot segment starts on this many bytes (DMA- and vector-friendly).
 SEGMENT_ALIGN = 256
@@ -135,17 +136,20 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a request's checkpoint images go.
+    """Where a request's checkpoint images go: the plugin's (ATOM's) native placement.
 
-    ``interval_tokens``: an image every N prompt tokens (a multiple of the block
-    size); 0 publishes no image at all. ``anchor``: ``"prompt_end"`` also places
-    one at the last full block of the prompt. A request holds at most
-    ``max_images_per_request`` images at once (the running one and the previous
-    one), one per boundary.
+    ``interval_tokens``: > 0 an interval rung every N prompt tokens (a multiple of the block size); 0 no
+    image at all; -1 no rungs, but the prompt-end anchor and the demand rung still place images.
+    ``demand``: also place a rung where a prefix hit's paged history reaches past its last image (the demand
+    rung), so the next request with that prefix resumes there. In a prefill, a forward is cut to end on the
+    earliest of the interval rung, the demand rung and the anchor (``cut``); the image is kept there
+    (``keeps``). While decoding, an image is kept at the first block boundary at least one interval past the
+    request's last image (``decode_keeps``). A request holds at most ``max_images_per_request`` images' blocks
+    at once (the running one and the previous one), one per boundary.
     """
 
     interval_tokens: int = 8192
-    anchor: str = "prompt_end"
+    demand: bool = True
     max_images_per_request: int = 2
     images_per_boundary: int = 1
 
@@ -155,55 +159,64 @@ class Placement:
 
     @property
     def working_blocks_per_group(self) -> int:
-        """Blocks one request holds in each image group at its peak, published or not, when no step of it is
-        in flight while the next is scheduled (synchronous scheduling, no pipeline parallelism): the running
-        block and the previous one. With steps in flight, see ``peak_blocks_per_group``."""
+        """Blocks one request holds in each image group at its peak, published or not, with or without
+        async scheduling: the running block and the previous one. The image-publish release pass frees the
+        older ones before every allocation (vLLM's own pass frees on processed tokens and lags a step in
+        flight); an interval of 0 publishes nothing, but the groups still allocate."""
         return self.max_images_per_request
 
-    def peak_blocks_per_group(self, in_flight_steps: int = 0) -> int:
-        """Blocks one request holds in each image group at its peak when up to ``in_flight_steps`` of its
-        steps are still in flight while the next one is scheduled (vLLM's ``max_concurrent_batches - 1``:
-        1 under async scheduling, ``pp - 1`` with pipeline parallelism).
+    # -- the native rules, each a pure function of positions --------------------------------------
+    def limit(self, num_prompt_tokens: int) -> int:
+        """The last interval rung within the prompt (0: none)."""
+        if self.interval_tokens <= 0:
+            return 0
+        return num_prompt_tokens // self.interval_tokens * self.interval_tokens
 
-        vLLM's align-mode ``MambaManager`` frees a request's state blocks on its *processed* tokens
-        (``remove_skipped_blocks(num_computed_tokens - num_in_flight_tokens)``), so each in-flight prefill
-        chunk that ends on a block boundary keeps its state block beside the processed state and the block
-        the next chunk runs in: ``working_blocks_per_group + in_flight_steps``. ``in_flight_steps=0`` is
-        ``working_blocks_per_group``.
-        """
-        if in_flight_steps < 0:
-            raise ValueError(f"in_flight_steps must be >= 0, got {in_flight_steps}")
-        return self.working_blocks_per_group + int(in_flight_steps)
-
-    def image_at(self, end: int, num_prompt_tokens: int, block_size: int) -> Optional[str]:
-        """Which image, if any, a step that brings a request to ``end`` tokens files: ``"rung"`` (a multiple
-        of ``interval_tokens`` within the prompt), ``"keep"`` (such a multiple reached while decoding),
-        ``"anchor"`` (the prompt's last full block, ``anchor == "prompt_end"``), or None.
-
-        Only a step's end can be an image boundary (the slot holds the state after exactly ``end`` tokens
-        only there), and only a block boundary (an image is filed under the prefix hash of its block).
-        A boundary that is both a rung and the anchor is one image (``"rung"``/``"keep"``): one per boundary.
-        """
-        if not self.publishes or end <= 0 or end % block_size:
-            return None
-        if end % self.interval_tokens == 0:
-            return "rung" if end <= num_prompt_tokens else "keep"
-        if self.anchor == "prompt_end" and end == num_prompt_tokens // block_size * block_size:
-            return "anchor"
-        return None
-
-    def next_rung(self, start: int) -> Optional[int]:
-        """The first interval rung after ``start`` tokens (None when nothing is published)."""
+    def anchor_at(self, num_prompt_tokens: int, num_tokens: int, block_size: int) -> int:
+        """The prompt-end anchor: the prompt's last full block, but never past the last block a prefix
+        lookup can match (vLLM always recomputes the last token: one block short of a block-aligned end)."""
         if not self.publishes:
+            return 0
+        end = num_prompt_tokens // block_size * block_size
+        end = min(end, (-(-num_tokens // block_size) - 1) * block_size)
+        return max(end, 0)
+
+    def demand_at(self, hit: int, compressed_hit: int, has_room: bool) -> int:
+        """The demand rung: the paged-history hit when it lies past the image hit and the pool has room."""
+        if not self.publishes or not self.demand or compressed_hit <= hit or not has_room:
+            return 0
+        return compressed_hit
+
+    def cut(self, start: int, end: int, num_prompt_tokens: int, demand: int, anchor: int) -> int:
+        """The earliest position in ``(start, end]`` a prefill forward must end on (0: none)."""
+        rung = 0
+        limit = self.limit(num_prompt_tokens)
+        if limit:
+            rung = min(end, limit)
+            rung -= rung % self.interval_tokens
+        candidates = [p for p in (rung, demand, anchor) if p and start < p <= end]
+        return min(candidates) if candidates else 0
+
+    def keeps(self, pos: int, num_prompt_tokens: int, demand: int, anchor: int) -> Optional[str]:
+        """Which image a prefill forward ending at ``pos`` keeps: "rung", "demand", "anchor" or None."""
+        if not self.publishes or pos <= 0 or pos > num_prompt_tokens:
             return None
-        return (start // self.interval_tokens + 1) * self.interval_tokens
+        if self.interval_tokens > 0 and pos % self.interval_tokens == 0:
+            return "rung"
+        if pos == demand:
+            return "demand"
+        return "anchor" if pos == anchor else None
+
+    def decode_keeps(self, pos: int, last_image: int, block_size: int) -> bool:
+        """Whether a decode step ending at ``pos`` keeps an image: a block boundary at least one interval
+        past the request's last image (0 when it has none)."""
+        return self.interval_tokens > 0 and pos % block_size == 0 and pos - last_image >= self.interval_tokens
 
     def validated(self, block_size: int) -> "Placement":
-        if self.interval_tokens < 0 or self.interval_tokens % block_size:
-            raise ValueError(f"{INTERVAL_ENV}={self.interval_tokens}: the image interval must be 0 (no images) "
-                             f"or a positive multiple of the {block_size}-token block")
-        if self.anchor not in ("prompt_end", "none"):
-            raise ValueError(f"unknown image anchor {self.anchor!r} (prompt_end, none)")
+        if self.interval_tokens < -1 or (self.interval_tokens > 0 and self.interval_tokens % block_size):
+            raise ValueError(f"{INTERVAL_ENV}={self.interval_tokens}: the image interval must be -1 (no rungs; "
+                             f"the anchor and the demand rung only), 0 (no images) or a positive multiple of "
+                             f"the {block_size}-token block")
         return self
 
 
@@ -363,11 +376,15 @@ class ModelAdapter(ABC):
     served_by: str = "out_of_tree"
     #: The proxy attention layer's name in the KV specs.
     proxy_layer_name: str = ""
+    #: Suffix of a speculative draft model's own proxy layer ("" if the family has none). A draft proxy has
+    #: its own tensor of the same block count; it is priced like the proxy and carves its own slots from its
+    #: own tail (the same withheld count: the draft's ring lives in the target's slot layout).
+    draft_proxy_layer_suffix: str = ""
     #: Suffix of the image layer names (``model.layers.{1+i}.<suffix>``).
     image_layer_suffix: str = ""
     #: Tokens per block of the proxy and of every image group.
     block_size: int = 0
-    #: Placement defaults; the interval can be overridden by ``INTERVAL_ENV``.
+    #: Placement defaults; ``INTERVAL_ENV`` and ``DEMAND_ENV`` override them.
     placement_defaults: Placement = Placement()
 
     def __init__(self, **overrides: Any):
@@ -393,6 +410,11 @@ class ModelAdapter(ABC):
     def is_image_layer(self, name: str) -> bool:
         return name.endswith("." + self.image_layer_suffix)
 
+    def is_proxy_layer(self, name: str) -> bool:
+        """The proxy, or a draft model's proxy: one opaque layer priced at the real bytes per block."""
+        suffix = self.draft_proxy_layer_suffix
+        return name == self.proxy_layer_name or bool(suffix) and name.endswith("." + suffix)
+
     def has_proxy(self, kv_cache_specs: Sequence[Mapping[str, Any]]) -> bool:
         return any(self.proxy_layer_name in worker for worker in kv_cache_specs)
 
@@ -410,15 +432,20 @@ class ModelAdapter(ABC):
 
     # -- placement ---------------------------------------------------------
     def placement(self, env: Optional[Mapping[str, str]] = None) -> Placement:
+        """The placement defaults with ``INTERVAL_ENV`` and ``DEMAND_ENV`` applied, validated."""
         env = os.environ if env is None else env
         p = self.placement_defaults
         raw = env.get(INTERVAL_ENV)
         if raw not in (None, ""):
             try:
-                interval = int(raw)
+                p = replace(p, interval_tokens=int(raw))
             except ValueError:
                 raise ValueError(f"{INTERVAL_ENV}={raw!r} is not an integer") from None
-            p = Placement(interval, p.anchor, p.max_images_per_request, p.images_per_boundary)
+        raw = env.get(DEMAND_ENV)
+        if raw not in (None, ""):
+            if raw not in ("0", "1"):
+                raise ValueError(f"{DEMAND_ENV}={raw!r}: 1 places demand rungs, 0 does not")
+            p = replace(p, demand=raw == "1")
         return p.validated(self.block_size)
 
     # -- copier ------------------------------------------------------------

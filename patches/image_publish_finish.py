@@ -22,4 +22,5 @@ def free_request(wrapped, instance, args, kwargs, ctx):
             published = book.decide(request, image, on_missing="dropped_on_abort" if aborted
                                     else "dropped_unhashed_on_finish")
             ctx.count(("abort_" if aborted else "finish_") + ("published" if published else "dropped"))
+        book.forget(request)
     return wrapped(*args, **kwargs)

@@ -9,20 +9,18 @@ Wraps vLLM's ``get_kv_cache_configs`` (and EngineCore's by-value copy): version 
 2. **Price** the proxy and the image layers at the adapter's real bytes per
    block, so vLLM's block count is the model's real one.
 3. **Check the minimum pool** before vLLM does: one max-length request's peak is
-   ``ceil(max_model_len / block_size)`` proxy blocks + its peak working blocks per
-   image group + vLLM's null block, out of ``physical - withheld`` blocks, where
-   ``withheld`` is the adapter's count at this physical block count
-   (``Sizing.withheld_for``: the contiguous ``ceil(slots * slot / page)``, or more for a
-   layout that carves its planes, e.g. DeepSeek-V4). The peak
-   per group is 2 (the running block and the previous one) plus one per step of the
-   request that may still be in flight when its next step is scheduled
-   (``in_flight_steps``: vLLM's ``max_concurrent_batches - 1``; 1 under async
-   scheduling): vLLM's align-mode ``MambaManager`` frees on *processed* tokens, so
-   an in-flight block-aligned prefill chunk keeps its state block (3 per group under
-   ``AsyncScheduler``). One block short stops start-up with the numbers and a
+   ``ceil(max_model_len / block_size)`` proxy blocks + 2 working blocks per image
+   group (the running block and the previous one, with or without async scheduling:
+   the image-publish release pass frees older ones itself, as the native plugin does)
+   + vLLM's null block, out of ``physical - withheld`` blocks, where ``withheld`` is
+   the adapter's count at this physical block count (``Sizing.withheld_for``: the
+   contiguous ``ceil(slots * slot / page)``, or more for a layout that carves its
+   planes, e.g. DeepSeek-V4). One block short stops start-up with the numbers and a
    remedy that works for how the block count was set (``--num-gpu-blocks-override``
    pins it; otherwise memory); the physical count it names is searched with the
-   adapter's count (``Sizing.physical_for``), not solved from a formula.
+   adapter's count (``Sizing.physical_for``), not solved from a formula. A draft
+   model's proxy (speculative decoding) is priced like the proxy and has its own
+   tensor of the same block count, carving its own slots from its own tail.
 4. Call vLLM's own function (its own grouping, auto-fit and checks).
 5. With ``--max-model-len -1``, **re-run vLLM's own auto-fit**
    (``_auto_fit_max_model_len``) over the non-image groups against the blocks left
@@ -83,7 +81,6 @@ class PoolPlan:
     publishes: bool
     pinned_by_override: bool
     auto_fit: bool
-    in_flight_steps: int = 0
     max_model_len: int = 0
     max_model_len_vllm_alone: Optional[int] = None
     #: The protocol's contiguous count (``Sizing.withheld_blocks``), the lower bound of ``withheld``.
@@ -143,35 +140,20 @@ class PoolPlan:
         return d
 
 
-def in_flight_steps(vllm_config) -> int:
-    """Steps of one request that may still be in flight when vLLM schedules its next one.
-
-    EngineCore keeps ``vllm_config.max_concurrent_batches`` steps in its batch queue (1: synchronous; 2: async
-    scheduling; ``pp``/``pp + 1`` with pipeline parallelism) and schedules while fewer are queued, so up to
-    that many minus one of a request's steps (consecutive prefill chunks) are in flight. A config without the
-    property counts 1 when ``scheduler_config.async_scheduling`` is on."""
-    batches = getattr(vllm_config, "max_concurrent_batches", None)
-    if batches is None:
-        batches = 2 if getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", False) else 1
-    return max(0, int(batches) - 1)
-
-
 def _why_per_group(plan: PoolPlan) -> str:
     """How the working blocks per image group were counted, for the refusal message."""
-    if not plan.in_flight_steps:
-        return f"{plan.working_per_group} x {plan.image_groups} image groups"
-    steps = "1 step" if plan.in_flight_steps == 1 else f"{plan.in_flight_steps} steps"
-    return (f"{plan.working_per_group} x {plan.image_groups} image groups; {plan.working_per_group} = "
-            f"{plan.working_per_group - plan.in_flight_steps} + {steps} in flight under async scheduling or "
-            "pipeline parallelism")
+    return f"{plan.working_per_group} x {plan.image_groups} image groups"
 
 
-def _physical_blocks(vllm_config, kv_cache_specs, available_memory, page_bytes: int) -> int:
-    """The block count vLLM will choose: the override if set, else the smallest worker's memory / page."""
+def _physical_blocks(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memory, page_bytes: int) -> int:
+    """The block count vLLM will choose: the override if set, else the smallest worker's memory / page / the
+    proxy tensors (the proxy and a draft model's proxy each get a tensor of that many blocks; the image
+    groups share the proxy's)."""
     override = vllm_config.cache_config.num_gpu_blocks_override
     if override is not None:
         return int(override)
-    return min(int(mem) // page_bytes for specs, mem in zip(kv_cache_specs, available_memory) if specs)
+    return min(int(mem) // page_bytes // max(1, sum(1 for n in specs if adapter.is_proxy_layer(n)))
+               for specs, mem in zip(kv_cache_specs, available_memory) if specs)
 
 
 def _refusal(plan: PoolPlan, max_model_len: Optional[int]) -> PoolTooSmall:
@@ -235,7 +217,7 @@ def _priced_specs(adapter: ModelAdapter, kv_cache_specs: list[dict], page_bytes:
     for worker in kv_cache_specs:
         priced = {}
         for name, spec in worker.items():
-            if name == adapter.proxy_layer_name or adapter.is_image_layer(name):
+            if adapter.is_proxy_layer(name) or adapter.is_image_layer(name):
                 spec = _priced(spec, page_bytes, name)
             priced[name] = spec
         out.append(priced)
@@ -270,7 +252,7 @@ def _check_block_size(adapter: ModelAdapter, kv_cache_specs: list[dict], images:
     """The proxy and image layers must use the adapter's block size: pages and images are sized per block of
     that many tokens, and a serve at another --block-size would mix units silently."""
     for worker in kv_cache_specs:
-        for name in [adapter.proxy_layer_name, *images]:
+        for name in [n for n in worker if adapter.is_proxy_layer(n)] + images:
             spec = worker.get(name)
             got = getattr(spec, "block_size", None)
             if spec is not None and got != adapter.block_size:
@@ -285,7 +267,6 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
     """Everything the hook decides before calling vLLM; raises PoolTooSmall when one request cannot fit."""
     sizing = sizing or adapter.sizing(vllm_config)
     placement = placement or adapter.placement()
-    in_flight = in_flight_steps(vllm_config)
     images = _image_layers(adapter, kv_cache_specs)
     if images and len(images) != sizing.k:
         raise ValueError(
@@ -294,7 +275,7 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
             f"of {sizing.page_bytes} B): the model and the adapter disagree about the image")
     _check_block_size(adapter, kv_cache_specs, images)
     mc = vllm_config.model_config
-    physical = _physical_blocks(vllm_config, kv_cache_specs, available_memory, sizing.page_bytes)
+    physical = _physical_blocks(adapter, vllm_config, kv_cache_specs, available_memory, sizing.page_bytes)
     plan = PoolPlan(
         adapter=adapter.name,
         block_size=adapter.block_size,
@@ -305,12 +286,11 @@ def plan_pool(adapter: ModelAdapter, vllm_config, kv_cache_specs, available_memo
         slot_bytes=sizing.spec.slot_bytes,
         k=sizing.k,
         image_groups=len(images),
-        working_per_group=placement.peak_blocks_per_group(in_flight),
+        working_per_group=placement.working_blocks_per_group,
         interval_tokens=placement.interval_tokens,
         publishes=placement.publishes,
         pinned_by_override=vllm_config.cache_config.num_gpu_blocks_override is not None,
         auto_fit=mc.original_max_model_len == -1,
-        in_flight_steps=in_flight,
         max_model_len=int(mc.max_model_len),
         withheld_contiguous=sizing.withheld_blocks,
         sizing=sizing,
@@ -401,11 +381,11 @@ def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
 
     log.info(
         "vllm-patchkit: %s: %s pool: %d physical blocks of %d B (block %d), %d withheld for %d slots of %d B, "
-        "null 1, %d image working blocks (%d groups x %d, %d step(s) in flight; k=%d, interval %d%s) -> %d blocks "
+        "null 1, %d image working blocks (%d groups x %d; k=%d, interval %d%s) -> %d blocks "
         "in vLLM's pool, "
         "max_model_len %d%s",
         PATCH_ID, plan.adapter, plan.physical, plan.page_bytes, plan.block_size, plan.withheld, plan.num_slots,
-        plan.slot_bytes, plan.working_blocks, plan.image_groups, plan.working_per_group, plan.in_flight_steps,
+        plan.slot_bytes, plan.working_blocks, plan.image_groups, plan.working_per_group,
         plan.k, plan.interval_tokens,
         "" if plan.publishes else " (no image published)", plan.usable, plan.max_model_len,
         f" (re-fit; vLLM alone {plan.max_model_len_vllm_alone})" if plan.auto_fit else "",

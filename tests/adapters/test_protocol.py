@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from vllm_patchkit.adapters import (
+    DEMAND_ENV,
     INTERVAL_ENV,
     REGISTRY,
     ByteImageCopier,
@@ -99,30 +100,51 @@ def test_a_spec_that_carves_more_sizes_the_pool_and_the_slots():
 
 # -- placement ------------------------------------------------------------------
 
-def test_placement_defaults_are_the_seeds():
+def test_placement_defaults_are_the_native_plugins():
+    """ATOM's Config: state_checkpoint_interval_tokens=8192, state_checkpoint_demand=True."""
     p = DeepseekV4Adapter().placement({})
-    assert (p.interval_tokens, p.anchor, p.max_images_per_request, p.images_per_boundary) == (8192, "prompt_end", 2, 1)
+    assert (p.interval_tokens, p.demand, p.max_images_per_request, p.images_per_boundary) == (8192, True, 2, 1)
     assert p.publishes and p.working_blocks_per_group == 2
 
 
 def test_interval_zero_publishes_nothing_but_keeps_two_working_blocks():
     p = DeepseekV4Adapter().placement({INTERVAL_ENV: "0"})
     assert not p.publishes and p.working_blocks_per_group == 2
+    assert p.anchor_at(3000, 3000, 128) == 0 and p.demand_at(0, 2944, True) == 0
 
 
-def test_steps_in_flight_add_one_working_block_each():
-    """vLLM's align-mode MambaManager frees on processed tokens: each step of a request still in flight when its
-    next one is scheduled keeps one more block per image group (async scheduling: 1; the hook reads vLLM's
-    max_concurrent_batches - 1). The property stays the synchronous peak for callers that read it."""
+def test_interval_minus_one_keeps_the_anchor_and_the_demand_rung():
+    """Native semantics (``ImagePlacement``: -1 no rungs, the anchor and the demand rung still place images)."""
+    p = DeepseekV4Adapter().placement({INTERVAL_ENV: "-1"})
+    assert p.publishes and p.limit(20_000) == 0
+    assert p.anchor_at(20_000, 20_000, 128) == 19_968
+    assert p.keeps(19_968, 20_000, 0, 19_968) == "anchor" and p.keeps(8192, 20_000, 0, 19_968) is None
+    assert p.demand_at(0, 2944, True) == 2944 and p.keeps(2944, 20_000, 2944, 19_968) == "demand"
+    assert not p.decode_keeps(20_096, 0, 128)
+
+
+def test_decode_keeps_are_one_interval_past_the_last_image():
+    """The issue's example: a 1,000-token prompt at interval 8,192, block 128: the anchor is at 896, the first
+    decode keep at 9,088 (not at 8,192)."""
     p = DeepseekV4Adapter().placement({})
-    assert [p.peak_blocks_per_group(n) for n in (0, 1, 2)] == [2, 3, 4]
-    assert p.peak_blocks_per_group() == p.working_blocks_per_group == 2
-    assert DeepseekV4Adapter().placement({INTERVAL_ENV: "0"}).peak_blocks_per_group(1) == 3
-    with pytest.raises(ValueError, match="in_flight_steps"):
-        p.peak_blocks_per_group(-1)
+    anchor = p.anchor_at(1000, 1000, 128)
+    assert anchor == 896
+    assert next(e for e in range(1001, 20_000) if p.decode_keeps(e, anchor, 128)) == 9088
 
 
-@pytest.mark.parametrize("raw", ["100", "-256", "x"])
+def test_a_block_aligned_prompts_anchor_is_one_block_short():
+    p = DeepseekV4Adapter().placement({})
+    assert p.anchor_at(12_288, 12_288, 128) == 12_160 and p.anchor_at(12_300, 12_300, 128) == 12_288
+    assert p.cut(8192, 12_288, 12_288, 0, 12_160) == 12_160 and p.cut(12_160, 12_288, 12_288, 0, 12_160) == 0
+
+
+def test_demand_env_and_its_bad_values():
+    assert DeepseekV4Adapter().placement({DEMAND_ENV: "0"}).demand is False
+    with pytest.raises(ValueError, match=DEMAND_ENV):
+        DeepseekV4Adapter().placement({DEMAND_ENV: "yes"})
+
+
+@pytest.mark.parametrize("raw", ["100", "-256", "-2", "x"])
 def test_bad_intervals_are_refused(raw):
     with pytest.raises(ValueError, match=INTERVAL_ENV):
         DeepseekV4Adapter().placement({INTERVAL_ENV: raw})
@@ -130,8 +152,6 @@ def test_bad_intervals_are_refused(raw):
 
 def test_interval_override_must_be_block_aligned():
     assert DeepseekV4Adapter().placement({INTERVAL_ENV: "512"}).interval_tokens == 512
-    with pytest.raises(ValueError):
-        Placement(anchor="middle").validated(256)
 
 
 # -- the reference copier ---------------------------------------------------------

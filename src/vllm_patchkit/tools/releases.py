@@ -80,9 +80,12 @@ class LiveRelease:
 
     def identity(self, spec: str) -> Optional[tuple[Any, str]]:
         try:
-            obj = fp.innermost(resolve(spec).get_raw())
+            raw = resolve(spec).get_raw()
         except TargetError:
             return None
+        if isinstance(raw, property) and raw.fget is not None:
+            raw = raw.fget  # a property is identified by its getter (what a wrap of it wraps)
+        obj = fp.innermost(raw)
         label = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__qualname__)}"
         return id(obj), label
 

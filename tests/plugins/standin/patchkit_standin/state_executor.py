@@ -133,6 +133,7 @@ class StandinWorker:
                        "requests": 0, "prefix_hits": 0, "tokens_sampled": 0, "token_gaps": 0,
                        "block_copies": 0, "preempted": 0}
         self.wrong: list[dict] = []
+        self.hits: list[list] = []  # the first 64 prefix hits (resumes too) as [hit, restored right], in order
         self.layout: dict[str, Any] = {}
         self.path = side_file()
         self._last_flush = 0.0
@@ -279,7 +280,10 @@ class StandinWorker:
             return
         self.copier.restore(blocks, r.slot)
         digest, computed, whole = self._read_slot(r.slot)
-        if digest == expected and computed == hit and whole:
+        right = digest == expected and computed == hit and whole
+        if len(self.hits) < 64:
+            self.hits.append([hit, right])
+        if right:
             self.counts["restores_right"] += 1
         else:
             self.counts["restores_wrong"] += 1
@@ -384,7 +388,7 @@ class StandinWorker:
     # -- records ---------------------------------------------------------------------------------------
     def snapshot(self) -> dict:
         return {"pid": os.getpid(), "updated": time.time(), "counts": dict(self.counts), "layout": dict(self.layout),
-                "wrong": list(self.wrong), "running": len(self.requests), "free_slots": len(self.free_slots)}
+                "wrong": list(self.wrong), "hits": list(self.hits), "running": len(self.requests), "free_slots": len(self.free_slots)}
 
     def publish(self) -> None:
         """The counts into this process's record (vllm_patchkit.runtime.state.count), as deltas since the last time:
