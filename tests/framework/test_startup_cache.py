@@ -194,3 +194,36 @@ def test_code_stamp_covers_the_validating_modules_where_they_live():
     assert all(p.is_file() for p in stamped)
     for module in (schema, loader, cache):
         assert Path(module.__file__).resolve() in stamped
+
+
+WARM_CHILD = r"""
+import json, sys
+import vllm, vllm.engine.arg_utils  # what the front end has imported when vLLM loads the plugins
+before = set(sys.modules)
+from vllm_patchkit.runtime.loader import Loader
+Loader.builtin(role="frontend", write_records=False)
+new = sorted(set(sys.modules) - before)
+print("RESULT" + json.dumps(new))
+"""
+
+
+def test_a_process_served_from_the_cache_imports_only_the_runtime(tmp_path):
+    """The start-up path of every process after the first: no YAML reading, no specifier grammar, no offline tool
+    (`benchmarks/startup.py` measures what that costs). Regression: the contradictions check compiled packaging's
+    specifiers for every manifest's release in every process."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, cache.CACHE_DIR_ENV: str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", WARM_CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.split("RESULT", 1)[1]))
+    warm = runs[1]
+    ours = [m for m in warm if m.startswith("vllm_patchkit.")]
+    assert not [m for m in ours if m.split(".")[1] in ("tools", "reporting", "hooks")], ours
+    assert not {"vllm_patchkit.declaration.declare", "vllm_patchkit.declaration.yaml_files",
+                "vllm_patchkit.declaration.features"} & set(warm)
+    assert "packaging.specifiers" not in warm and "yaml" not in warm

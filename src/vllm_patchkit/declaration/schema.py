@@ -9,7 +9,6 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vllm_patchkit.declaration.kinds import DECLARATIONS, problems
@@ -53,6 +52,8 @@ class Frequency(str, Enum):
 
 
 def _check_specifier(value: str) -> str:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # validation only: the cold path
+
     if not value.strip(" ,\t"):
         raise ValueError(f"empty version specifier {value!r} would match every release; write one, e.g. '>=0.31'")
     try:

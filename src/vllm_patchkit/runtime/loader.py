@@ -124,7 +124,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
                 dirs = [s.manifests for s in sources if s.name == CORE and s.manifests] + [Path(manifest_dir)]
             ms = manifests_mod.load_manifests(dirs, ps)
             loader = cls(ps, ms, role=role, **kw)
-            cache_sets(name, sources, dirs, ps, ms)  # only a set the loader accepted
+            cache_sets(name, sources, dirs, ps, ms, loader.vllm_version)  # only a set the loader accepted
         cache.attach(loader.process)  # the record says what the caches did, now and later (fingerprints)
         return loader
 

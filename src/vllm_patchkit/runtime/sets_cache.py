@@ -16,6 +16,7 @@ from typing import Optional
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.patchsets import EXTRA_ENV
+from vllm_patchkit.declaration.preconditions import admits_for, remember_admits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.upstream import cache
@@ -84,6 +85,10 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
                       dict(content["files"]), dict(content["set_of"]))
         ms = {v: manifests_mod.Loaded(cache_models.load_model(Manifest, m["manifest"]), m["path"])
               for v, m in content["manifests"].items()}
+        admits = content.get("admits")
+        for release, by_specifier in (admits.items() if type(admits) is dict else ()):
+            if type(release) is str and type(by_specifier) is dict:
+                remember_admits(by_specifier, release)
         if not all(isinstance(x, str) for d in (ps.files, ps.set_of) for kv in d.items() for x in kv) or not all(
                 k == p.key for k, p in ps.patches.items()) or not all(isinstance(m.path, str) for m in ms.values()):
             raise cache_models.NotRebuildable("a file name or key of the wrong type")
@@ -94,7 +99,7 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
     return (ps, ms), name
 
 
-def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> None:
+def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict, vllm_version: str) -> None:
     if name is None:
         return
     try:
@@ -105,12 +110,16 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict) -> No
             return
         from vllm_patchkit.declaration.features import FOLDER as FEATURES
 
+        specs = sorted({p.when.vllm for p in ps.patches.values() if p.when.vllm is not None})
         features = {str(Path(s.patches) / FEATURES) for s in sources if (Path(s.patches) / FEATURES).is_dir()}
         folders = sorted({str(s.patches) for s in sources} | features | {str(d) for d in dirs})
         files = sorted({f for s in sources for f in getattr(s, "inputs", ())})
         content = {"patches": {k: cache_models.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
                    "set_of": ps.set_of,
-                   "manifests": {v: {"path": m.path, "manifest": cache_models.dumps(m.manifest)} for v, m in ms.items()}}
+                   "manifests": {v: {"path": m.path, "manifest": cache_models.dumps(m.manifest)} for v, m in ms.items()},
+                   # each `when.vllm` judged for this process's release and every manifest's (the contradictions
+                   # check reads them all): preconditions.remember_admits
+                   "admits": {release: admits_for(specs, release) for release in sorted({*ms, vllm_version})}}
         body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
                 "inputs": _sets_inputs(folders, files), "content": content}
         if cache.write(name, body):
