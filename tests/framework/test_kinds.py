@@ -12,7 +12,7 @@ import pytest
 
 from vllm_patchkit.declaration.errors import PatchSetErrors
 from vllm_patchkit.declaration.kinds import DECLARATIONS
-from vllm_patchkit.runtime.kinds import KINDS
+from vllm_patchkit.runtime.kinds import all_kinds
 
 from .helpers import make_loader, patch_doc
 
@@ -22,8 +22,9 @@ KINDS_DIR = ROOT / "src" / "vllm_patchkit" / "runtime" / "kinds"
 
 def test_every_declared_kind_has_its_module_and_every_module_a_declaration():
     modules = {p.stem for p in KINDS_DIR.glob("*.py")} - {"__init__", "base"}
-    assert modules == {d.name for d in DECLARATIONS} == set(KINDS)
-    assert all(KINDS[name].name == name for name in KINDS)
+    kinds = all_kinds()
+    assert modules == {d.name for d in DECLARATIONS} == set(kinds)
+    assert all(kinds[name].name == name for name in kinds)
 
 
 def _warn_loader(tmp_path, env):

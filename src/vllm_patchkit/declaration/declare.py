@@ -7,7 +7,6 @@ leave a half-applied state.
 from __future__ import annotations
 
 import graphlib
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Iterable

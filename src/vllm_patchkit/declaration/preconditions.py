@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from packaging.version import Version
 
 from vllm_patchkit.declaration.schema import When
 
 
-@dataclass(frozen=True)
-class Unmet:
+class Unmet(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper than a frozen dataclass
     """One precondition that does not hold."""
 
     field: str

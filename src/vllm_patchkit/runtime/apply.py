@@ -10,7 +10,6 @@ from typing import Any
 from vllm_patchkit.declaration.schema import Kind, Patch
 from vllm_patchkit.runtime.applied import SET_BY, Applied
 from vllm_patchkit.runtime.context import PatchContext
-from vllm_patchkit.runtime.instances import install_on_instances, install_value_on_instances
 from vllm_patchkit.runtime.wrappers import build_callable, rewrap_descriptor
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, function_of, main_aliases, resolve
 
@@ -24,6 +23,8 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     """
     if ctx is None and patch.kind is Kind.wrap and impl is not None:
         ctx = PatchContext.detached(patch)
+    if patch.instances:  # on each object vLLM builds: only such patches import that machinery
+        from vllm_patchkit.runtime.instances import install_on_instances, install_value_on_instances
     if patch.instances and patch.kind is Kind.set:
         return install_value_on_instances(patch, place, impl if patch.value_from is not None else patch.value, count)
     if patch.instances:

@@ -8,7 +8,7 @@ for a copied body that changed, the diff from that release to this one (`with_so
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from packaging.version import Version
@@ -74,9 +74,9 @@ def with_source_diffs(release: Release, pinned_on: str, breakages: list[Breakage
             now = release.definition(b.target)
             if was is not None and now is not None:
                 text = body_diff(was, now, f"{b.target} (vLLM {pinned_on})", f"{b.target} (vLLM {release.version()})")
-                b = replace(b, diff=text or "the normalised bodies read the same; the digest rule differs")
+                b = b._replace(diff=text or "the normalised bodies read the same; the digest rule differs")
             else:
-                b = replace(b, diff=why if old is None else f"no diff: {b.target} not readable in both releases")
+                b = b._replace(diff=why if old is None else f"no diff: {b.target} not readable in both releases")
         out.append(b)
     return out
 

@@ -47,7 +47,6 @@ source (`impl_static.py`, never imported):
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 from typing import Iterable, Optional, Union
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
@@ -92,7 +91,7 @@ def _touched(b: Breakage) -> set[str]:
 def judge(patch: Patch, b: Breakage) -> Breakage:
     """`b` with `breaking` and `compat` (the reason) set for this patch."""
     breaking, why = _rule(patch, b)
-    return replace(b, breaking=breaking, compat=why)
+    return b._replace(breaking=breaking, compat=why)
 
 
 def judge_all(patch: Patch, found: Iterable[Breakage]) -> list[Breakage]:

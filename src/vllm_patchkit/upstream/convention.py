@@ -20,7 +20,6 @@ command.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from vllm_patchkit.upstream.findings import Finding
@@ -57,18 +56,6 @@ CODES = {
     "implementation_missing": "the implementation's module is not on this Python's path (not installed here: `check` "
                               "reports it as implementation_unimportable for a set installed where it runs)",
 }
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One call vLLM can make to the target that the implementation would reject (or bind wrongly)."""
-
-    code: str
-    parameter: Optional[str]
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def _signatures():

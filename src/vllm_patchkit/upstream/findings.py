@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 
 # -- findings -----------------------------------------------------------------------------------
@@ -138,8 +138,7 @@ def _explain_required_na(b: "Breakage") -> str:
             f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it); {fix}")
 
 
-@dataclass(frozen=True)
-class Breakage:
+class Breakage(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper than a frozen dataclass
     """One incompatibility between a patch's pin and a release."""
 
     kind: BreakageKind

@@ -9,16 +9,14 @@ how it is applied and what it adds to the record. It never branches on which kin
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.apply import install
 
 
-@dataclass(frozen=True)
-class Skip:
+class Skip(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper than a frozen dataclass
     """A patch that turns out not to be needed after verification (a subclass already selected by the user)."""
 
     code: str
