@@ -11,39 +11,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import ValidationError
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.features import EnvDeclarations, complete, declare_own, read_features
-from vllm_patchkit.declaration.yaml_files import read_yaml, validation_errors
+from vllm_patchkit.declaration.yaml_files import parse_file, read_yaml
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
 
 
 def parse_patch(path: Path) -> Patch:
     """One patch file -> Patch, or DeclarationError/PatchSetErrors naming file and field."""
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise DeclarationError(str(path), "<file>", f"expected a mapping of patch fields, got {type(data).__name__}")
-    try:
-        return Patch.model_validate(data)
-    except ValidationError as exc:
-        raise PatchSetErrors(validation_errors(str(path), exc, Patch)) from None
-    except RecursionError:
-        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
+    return parse_file(path, Patch, "a mapping of patch fields")
 
 
 def parse_manifest(path: Path) -> Manifest:
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise DeclarationError(str(path), "<file>", f"expected a manifest mapping, got {type(data).__name__}")
-    try:
-        return Manifest.model_validate(data)
-    except ValidationError as exc:
-        raise PatchSetErrors(validation_errors(str(path), exc, Manifest)) from None
-    except RecursionError:
-        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
+    return parse_file(path, Manifest, "a manifest mapping")
 
 
 def _collect(errors: list, fn, *args):

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.schema import PATCH_ID, EnvVar, Patch, RetireWhen, Strict
-from vllm_patchkit.declaration.yaml_files import read_yaml, validation_errors
+from vllm_patchkit.declaration.yaml_files import parse_file
 
 FOLDER = "features"  # inside a set's patches folder
 
@@ -30,13 +30,7 @@ class Feature(Strict):
 
 
 def parse_feature(path: Path) -> Feature:
-    data = read_yaml(path)
-    if not isinstance(data, dict):
-        raise DeclarationError(str(path), "<file>", f"expected a mapping of feature fields, got {type(data).__name__}")
-    try:
-        feature = Feature.model_validate(data)
-    except ValidationError as exc:
-        raise PatchSetErrors(validation_errors(str(path), exc, Feature)) from None
+    feature = parse_file(path, Feature, "a mapping of feature fields")
     if feature.id != path.stem.replace("_", "-"):
         raise DeclarationError(str(path), "id", f"feature id {feature.id!r} does not match its file name "
                                                 f"({path.name}: expected {path.stem.replace('_', '-')!r})")

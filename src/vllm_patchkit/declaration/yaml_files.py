@@ -124,3 +124,16 @@ def read_yaml(path: Path) -> object:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def parse_file(path: Path, model: type, what: str):
+    """One declaration file -> `model`, or DeclarationError/PatchSetErrors naming the file and the field."""
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise DeclarationError(str(path), "<file>", f"expected {what}, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise PatchSetErrors(validation_errors(str(path), exc, model)) from None
+    except RecursionError:
+        raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
