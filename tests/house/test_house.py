@@ -68,3 +68,16 @@ def test_architecture_names_every_module():
     assert "(no docstring)" not in arch.render()
     text = arch.DOC.read_text()
     assert arch.current(text) == text, "docs/architecture.md's module list is not current: python scripts/architecture_modules.py"
+
+
+def test_every_framework_package_is_installed():
+    """pyproject lists its packages by name: a new folder (a layer, `runtime/kinds`) left out of the list is missing
+    from a real (non-editable) install while every editable test passes. Regression: `runtime.kinds` was left out."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    package = root / "src" / "vllm_patchkit"
+    folders = {".".join(("vllm_patchkit", *p.parent.relative_to(package).parts)) for p in package.rglob("__init__.py")}
+    assert folders - listed == set()
