@@ -71,13 +71,17 @@ def _importer() -> str:
     """Who caused the import: the first frame outside importlib and the harness, and the
     framework frame further out when the framework started it ("... <- vllm_patchkit/...")."""
     frame, first = sys._getframe(2), None
-    harness = f"{os.sep}vllm_patchkit{os.sep}testing{os.sep}"
+    package = f"{os.sep}vllm_patchkit{os.sep}"
+    harness = f"{package}tools{os.sep}testing{os.sep}"
     while frame is not None:
         f = frame.f_code.co_filename
-        where = f"{Path(f).parent.name}/{Path(f).name}:{frame.f_code.co_name}"
+        # the framework's frames by their path in the package (vllm_patchkit/upstream/targets.py: the layer shows)
+        shown = ("vllm_patchkit/" + f.rsplit(package, 1)[1].replace(os.sep, "/") if package in f
+                 else f"{Path(f).parent.name}/{Path(f).name}")
+        where = f"{shown}:{frame.f_code.co_name}"
         if not ("importlib" in f or harness in f or f.startswith("<frozen")):
             first = first or where
-            if f"{os.sep}vllm_patchkit{os.sep}" in f:
+            if package in f:
                 return first if first == where else f"{first} <- {where}"
         frame = frame.f_back
     return first or "?"
