@@ -302,16 +302,25 @@ out["dep_after"] = state("dep")
     assert out["dep_after"]["state"] == "applied" and out["after_import"]["state"] == "applied"
 
 
-def test_a_target_imported_by_another_patch_during_the_stage_is_applied_in_that_stage(tmp_path):
-    """`kv` waits for kv_cache_utils; `zz` (decided after it) pins a `uses` there, so verifying `zz` imports the
-    module before `kv`'s hook exists: the finder is never asked again, so `kv` must be judged right then."""
+def test_a_use_in_a_waiting_module_imports_nothing_and_both_are_judged_when_vllm_imports_it(tmp_path):
+    """`kv` waits for kv_cache_utils; `zz` pins a `uses` there. Verifying `zz` no longer imports the module (it used
+    to, and `kv` then had to be judged right away): `zz` applies with that use pending, `kv` waits with its hook,
+    and when vLLM imports the module both are judged: `kv` applied, `zz`'s use verified (test_late_uses.py)."""
     envs_fn = "vllm.envs:get_default_cache_root"  # imported by `import vllm`
     write_patch(tmp_path / "patches", "kv", patch_doc(id="kv", kind="wrap", target=KV, processes=["frontend"],
                                                       required=True))
     write_patch(tmp_path / "patches", "zz", patch_doc(id="zz", kind="wrap", target=envs_fn, uses=[KV],
                                                       processes=["frontend"]))
     write_manifest(tmp_path / "manifests", [pinned_entry("kv@1", KV), pinned_entry("zz@1", envs_fn, KV)])
-    out = _child(tmp_path, "out['zz'] = state('zz')", _run_id())
-    assert out["imported_at_stage"] is True and out["zz"]["state"] == "applied"
-    assert out["at_stage"]["state"] == "applied", out["at_stage"]  # not left not_imported with no hook
-    assert out["at_stage"]["detail"]["lazy"] == f"applied when {KVU} was imported"
+    action = """
+out['zz'] = state('zz')
+import %s
+out['kv_after'] = state('kv')
+out['zz_after'] = state('zz')
+""" % KVU
+    out = _child(tmp_path, action, _run_id())
+    assert out["imported_at_stage"] is False and out["zz"]["state"] == "applied"
+    assert out["at_stage"]["state"] == "not_imported" and out["hooked"] is True
+    assert out["kv_after"]["state"] == "applied"
+    assert out["kv_after"]["detail"]["lazy"] == f"applied when {KVU} was imported"
+    assert KV in out["zz_after"]["detail"]["uses_verified_on_import"]
