@@ -17,6 +17,7 @@ import yaml
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.declaration.features import FOLDER as FEATURES
 from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
@@ -121,6 +122,9 @@ def run_case(case: Case, folder: Path, shipped: PatchSet, places: Places) -> tup
         d.mkdir(parents=True)
         for name, data in files.items():
             (d / name).write_bytes(data)
+    for source in installed_sources():  # the features the shipped patches name (features/<id>.yaml)
+        if case.patch_files and (Path(source.patches) / FEATURES).is_dir():
+            shutil.copytree(Path(source.patches) / FEATURES, pdir / FEATURES, dirs_exist_ok=True)
     written = {str(pdir / n) for n in case.patch_files} | {str(mdir / n) for n in case.manifest_files}
     problems: list[str] = []
     loaders: list[Loader] = []

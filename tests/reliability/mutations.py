@@ -256,6 +256,8 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "value_from", ""): BAD_SPEC,
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
+    ("Patch", "feature", ""): BAD_ID,
+    ("Patch", "reads_env", "item"): BAD_ENV,
     ("Patch", "reimplements", "item"): BAD_SPEC,
     ("Patch", "inherited_from", ""): BAD_SPEC,
     ("Patch", "params", "item"): BAD_PARAM,
@@ -606,7 +608,9 @@ def patch_cases(draw, corpus: Corpus) -> Case:
     m = corpus.manifest_for(files, all_listed=True)  # modules are checked for the patches a release lists
     for entry in m["patches"]:
         if entry["patch"].split("@")[0] == d["id"] and old in entry["targets"] and fname != "implementation":
-            entry["targets"][new] = entry["targets"].pop(old)
+            # the old place keeps its pin when the patch still names it elsewhere (a target it `reimplements`)
+            still = old in (d.get("reimplements") or []) + d.get("uses", []) + d.get("copies", [])
+            entry["targets"][new] = entry["targets"][old] if still else entry["targets"].pop(old)
         elif entry["patch"].split("@")[0] == d["id"] and fname == "target" and old not in entry["targets"]:
             entry["targets"][new] = {"kind": "method"}
     return Case("patch", op, f"{name}: {which} -> {new}", _texts(files, corpus, {name: dump(d)}),

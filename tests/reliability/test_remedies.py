@@ -228,12 +228,12 @@ def test_each_failure_class_offers_remedies_that_work(tmp_path, monkeypatch, res
 
 def test_an_install_that_raises_honours_the_allowance_too(tmp_path, monkeypatch, restore):
     """`apply`: installing raised (a bug); the message offers the allowance, and it works."""
-    import vllm_patchkit.runtime.loader as loader_mod
+    import vllm_patchkit.runtime.kinds.base as kinds_base  # where the kinds that change a target install
 
     def broken(*a, **k):
         raise RuntimeError("simulated install failure")
 
-    monkeypatch.setattr(loader_mod, "install", broken)
+    monkeypatch.setattr(kinds_base, "install", broken)
     docs = [patch_doc(id="faulty", kind="wrap", target=KV, processes=["engine_core"], required=True)]
     pdir, mdir = _write(tmp_path, docs, [_entry("faulty@1", {KV: live_pin(KV)})], False)
     with pytest.raises(RequiredPatchFailed) as ei:
