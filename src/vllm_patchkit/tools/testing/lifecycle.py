@@ -235,8 +235,8 @@ class PatchLifecycle:
                     importlib.import_module(m)
         result["imported_by"] = dict(snap.imported_by)
         if self.order == "import-after":
-            for p in self.closure:
-                if p.stage == "import" and p.target:
+            for p in self.closure:  # the import-stage targets this role patches (another role's are not its doing)
+                if p.stage == "import" and p.target and self.role in [x.value for x in p.processes]:
                     mod = p.target.partition(":")[0]
                     c("vllm_patchkit/" in snap.imported_by.get(mod, ""),
                       f"import-after: the loader itself imported {mod} (import-stage target)", snap.imported_by.get(mod))

@@ -13,8 +13,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from vllm_patchkit.runtime.wrappers import MARK
+from vllm_patchkit.upstream.targets import function_of
 
-MARK = "__vllm_patchkit__"
 
 
 class ImportSnapshot:
@@ -108,14 +109,9 @@ def _plain(x):
         return repr(x)[:400]
 
 
-def func(raw):
-    """The function behind a staticmethod / classmethod, or the object itself."""
-    return raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-
-
 def layers(raw) -> int:
     """How many of our wrapper layers stand at a place (following `__wrapped__`)."""
-    f, n, seen = func(raw), 0, set()
+    f, n, seen = function_of(raw), 0, set()  # a property: its getter, where a wrap of it stands
     while f is not None and id(f) not in seen:
         seen.add(id(f))
         if MARK in getattr(f, "__dict__", {}):
