@@ -14,7 +14,7 @@ import yaml
 from packaging.version import Version
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import LiveRelease
@@ -80,7 +80,7 @@ def test_static_equals_live_for_every_def_of_a_module(module, live, static):
         place = resolve(spec)
         raw = place.get_raw()
         want = fp.live(raw, place.owner_is_class, True)
-        want = want.model_copy(update={"wrappers": wrappers.wrapper_layers(raw)})
+        want = want.model_copy(update={"wrappers": layers.wrapper_layers(raw)})
         if static.lookup(spec, True) != want:
             differ.append(spec)
     assert differ == []

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.targets import resolve
@@ -222,8 +222,8 @@ def live_fingerprint(spec: str):
     place = resolve(spec)
     raw = place.get_raw()
     f = fp.live(raw, place.owner_is_class, with_digest=True, with_value=True)  # constants: value digests too
-    layers = wrappers.wrapper_layers(raw)
-    return f.model_copy(update={"wrappers": layers}) if layers else f
+    found = layers.wrapper_layers(raw)
+    return f.model_copy(update={"wrappers": found}) if found else f
 
 
 @pytest.mark.parametrize("spec", SPECS)

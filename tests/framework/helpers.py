@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.declaration.declare import load_patch_set
 from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.manifest import load_manifests
@@ -38,7 +38,7 @@ def write_patch(folder: Path, name: str, doc: dict | str) -> Path:
 def live_pin(spec: str) -> dict:
     place = resolve(spec)
     raw = place.get_raw()
-    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": wrappers.wrapper_layers(raw)})
+    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
     return f.model_dump(exclude_none=True)
 
 

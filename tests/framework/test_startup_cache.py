@@ -12,7 +12,7 @@ import pytest
 from vllm_patchkit.upstream import cache
 from vllm_patchkit.upstream import cache_stamps
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.runtime.loader import Loader
 
 from .helpers import patch_doc, write_patch
@@ -161,23 +161,23 @@ def test_another_set_of_extra_folders_is_another_entry(cache_dir, tmp_path, monk
 def test_dependency_roots_are_kept_per_installation(cache_dir, monkeypatch):
     import importlib.metadata as md
 
-    wrappers.upstream_code_roots.cache_clear()
+    layers.upstream_code_roots.cache_clear()
     try:
-        roots = wrappers.upstream_code_roots("vllm")
+        roots = layers.upstream_code_roots("vllm")
         assert any(r.endswith(os.sep + "torch") for r in roots)  # a declared dependency of vLLM
-        wrappers.upstream_code_roots.cache_clear()
+        layers.upstream_code_roots.cache_clear()
 
         def must_not_run():
             raise AssertionError("packages_distributions() recomputed")
 
         monkeypatch.setattr(md, "packages_distributions", must_not_run)
-        assert wrappers.upstream_code_roots("vllm") == roots
+        assert layers.upstream_code_roots("vllm") == roots
         monkeypatch.setattr(cache_stamps, "_INSTALLATION", ["another installation"])
-        wrappers.upstream_code_roots.cache_clear()
+        layers.upstream_code_roots.cache_clear()
         # another installation: recomputed (here: the failing mapping leaves only vLLM itself and the stdlib)
-        assert wrappers.upstream_code_roots("vllm") != roots
+        assert layers.upstream_code_roots("vllm") != roots
     finally:
-        wrappers.upstream_code_roots.cache_clear()
+        layers.upstream_code_roots.cache_clear()
 
 
 def test_code_stamp_covers_the_validating_modules_where_they_live():

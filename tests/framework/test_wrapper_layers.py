@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 
 from .helpers import live_pin, make_loader, patch_doc, pinned_entry
 
@@ -127,10 +127,10 @@ def test_unpinned_layers_counts_each_pinned_name_once():
     once = torch.no_grad()(f)
     twice = torch.no_grad()(once)
     name = f"{f.__module__}.{f.__qualname__}"
-    assert wrappers.unpinned_layers(once, "vllm.x", [name]) == []
-    assert len(wrappers.unpinned_layers(twice, "vllm.x", [name])) == 1
-    assert len(wrappers.unpinned_layers(twice, "vllm.x", [])) == 2
-    assert wrappers.unpinned_layers(twice, "vllm.x", [name, name]) == []
+    assert layers.unpinned_layers(once, "vllm.x", [name]) == []
+    assert len(layers.unpinned_layers(twice, "vllm.x", [name])) == 1
+    assert len(layers.unpinned_layers(twice, "vllm.x", [])) == 2
+    assert layers.unpinned_layers(twice, "vllm.x", [name, name]) == []
 
 
 # -- upstream's own optional layers ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Optional
 import yaml
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.declaration.features import FOLDER as FEATURES
 from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 from vllm_patchkit.declaration.patchsets import PatchSet
@@ -40,7 +40,7 @@ def pinned_specs(patch) -> list[str]:
 def live_pin(spec: str) -> dict:
     place = resolve(spec)
     raw = place.get_raw()
-    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": wrappers.wrapper_layers(raw)})
+    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
     d = f.model_dump(exclude_none=True)
     if not d.get("wrappers"):
         d.pop("wrappers", None)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from vllm_patchkit.declaration.schema import Kind, Patch
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.runtime.wrappers import ours
 from vllm_patchkit.upstream.findings import Finding
 
@@ -164,7 +164,7 @@ def outside_upstream(file: Optional[str], upstream_module: str) -> bool:
         own = [mod.__file__]  # a single-file upstream module: its own file
     if inside([os.path.abspath(p) for p in own]):
         return False
-    return not inside(wrappers.upstream_code_roots(top))
+    return not inside(layers.upstream_code_roots(top))
 
 
 def foreign_replacement(patch: Patch, spec: str, raw: Any) -> Optional[Finding]:

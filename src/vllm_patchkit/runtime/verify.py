@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import source_fingerprint, wrappers
+from vllm_patchkit.upstream import source_fingerprint, wrapper_layers as layers
 from vllm_patchkit.runtime.applied import SET_BY
 from vllm_patchkit.runtime.provenance import outside_upstream, replaced_by, code_site, describe_site, foreign_replacement
 from vllm_patchkit.runtime.wrappers import ours
@@ -236,7 +236,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         if pin is None and entry is None and patch.observer:
             # Knowing what the model needs must not depend on a pin: an observing forwarder
             # is taken as it stands, compared with itself (its record says "unpinned").
-            pin = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": wrappers.wrapper_layers(raw)})
+            pin = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
         if pin is None:
             return Finding("unpinned", f"{patch.target} has no pin in the manifest", "a pinned fingerprint", None)
         mark = ours(raw)
@@ -257,14 +257,14 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         # stdlib's functools.cache) is upstream's only when the pin has it.
         upstream_spec = getattr(place, "definer", "") or patch.target  # inherited (instances): the base's place
         upstream_module = upstream_spec.partition(":")[0]
-        foreign = wrappers.foreign_layers(raw, upstream_module)
+        foreign = layers.foreign_layers(raw, upstream_module)
         if foreign:
             return Finding("conflict", f"{patch.target} is wrapped by someone else ({_layer_sites(raw, upstream_module)}); "
                            "refusing to stack on it", list(pin.wrappers), foreign)
         replaced = foreign_replacement(patch, upstream_spec, raw)
         if replaced is not None:
             return replaced
-        added = wrappers.unpinned_layers(raw, upstream_module, list(pin.wrappers))
+        added = layers.unpinned_layers(raw, upstream_module, list(pin.wrappers))
         if added:
             return Finding("conflict", f"{patch.target} carries a wrapper layer that was not there when it was "
                            "pinned (its code is in a dependency of the upstream package, but the pin does not have "

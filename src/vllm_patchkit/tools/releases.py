@@ -10,7 +10,7 @@ from typing import Any, Optional, Protocol, Union
 from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.upstream import fingerprint as fp
-from vllm_patchkit.upstream import wrappers
+from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.tools.live import note_import
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
@@ -75,8 +75,8 @@ class LiveRelease:
             return Missing(spec, str(exc), st.moved_to if isinstance(st, Missing) else ())
         raw = place.get_raw()
         f = fp.live(raw, place.owner_is_class, with_digest, with_value=True)
-        layers = wrappers.wrapper_layers(raw)
-        return f.model_copy(update={"wrappers": layers}) if layers else f
+        found = layers.wrapper_layers(raw)
+        return f.model_copy(update={"wrappers": found}) if found else f
 
     def identity(self, spec: str) -> Optional[tuple[Any, str]]:
         try:
