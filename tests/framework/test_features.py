@@ -144,3 +144,20 @@ def test_an_edited_feature_file_is_read_again_not_served_from_the_cache(tmp_path
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10_000_000))
     second = Loader.builtin(role="frontend", write_records=False)
     assert second.patch_set.patches["extra-probe@1"].upstream == "none: edited" and len(validated) == 2
+
+
+def test_a_fifo_or_a_huge_file_among_the_features_is_an_error_not_a_hang(tmp_path):
+    """Declaration files are read without blocking (a FIFO would hang every vLLM process at start-up) and bounded."""
+    write_feature(tmp_path)
+    write_patch(tmp_path, "a", member("a"))
+    fifo = tmp_path / "features" / "stuck.yaml"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    errors = errors_of(tmp_path)
+    assert time.monotonic() - started < 30
+    assert any("stuck.yaml" in e and "not a regular file" in e for e in errors), errors
+    fifo.unlink()
+    from vllm_patchkit.declaration import yaml_files
+
+    (tmp_path / "features" / "huge.yaml").write_bytes(b"#" * (yaml_files.MAX_BYTES + 1))
+    assert any("huge.yaml" in e and "more than the" in e for e in errors_of(tmp_path))

@@ -3,7 +3,9 @@ turned into errors naming the file and the field (never a traceback from deep in
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import yaml
@@ -92,9 +94,30 @@ def _duplicate_keys(node: yaml.Node, path: str, seen: set[int]) -> list[tuple[st
     return found
 
 
+#: The largest declaration file read (a patch, manifest or feature is a few kB; a manifest of a big set tens of kB).
+MAX_BYTES = 4 * 1024 * 1024
+
+
+def _read_text(path: Path) -> str:
+    """A regular file's text, never blocking on a FIFO or a device (opened O_NONBLOCK, checked on the descriptor)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file (a FIFO, a device or a folder)")
+        if st.st_size > MAX_BYTES:
+            raise OSError(f"{st.st_size} bytes, more than the {MAX_BYTES} a declaration file may have")
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            return f.read(MAX_BYTES + 1).decode("utf-8")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def read_yaml(path: Path) -> object:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise DeclarationError(str(path), "<file>", f"cannot read: {exc}") from None
     loader = None
