@@ -227,3 +227,34 @@ def test_a_process_served_from_the_cache_imports_only_the_runtime(tmp_path):
     assert not {"vllm_patchkit.declaration.declare", "vllm_patchkit.declaration.yaml_files",
                 "vllm_patchkit.declaration.features"} & set(warm)
     assert "packaging.specifiers" not in warm and "yaml" not in warm
+    # what the entry's writer checked of the same sets is not checked again (sets_cache.Vetted)
+    assert "vllm_patchkit.declaration.contradictions" not in warm
+
+
+def test_a_module_vetted_by_the_cache_but_deleted_since_fails_its_patch(tmp_path, monkeypatch):
+    """The module check trusts the start-up cache's list of modules found (sets_cache.Vetted): a module deleted
+    since, in a folder the installation stamp does not cover, must still end in the patch's failure, never in
+    an applied or skipped patch; without the list the plan refuses the set at once."""
+    import sys
+
+    from vllm_patchkit.declaration.errors import PatchSetErrors, RequiredPatchFailed
+    from vllm_patchkit.runtime.sets_cache import Vetted
+
+    from .helpers import make_loader, pinned_entry, write_module
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_module(tmp_path, "vetted_gone_mod", "def f(a):\n    return a\n")
+    import vetted_gone_mod  # noqa: F401  (pinned live)
+
+    docs = {"gone": patch_doc(id="gone", kind="wrap", target="vetted_gone_mod:f", processes=["frontend"],
+                              implementation="vllm_patchkit.hooks.config_ready:before_vllm_config_post_init",
+                              required=True)}
+    entries = [pinned_entry("gone@1", "vetted_gone_mod:f")]
+    (tmp_path / "vetted_gone_mod.py").unlink()
+    sys.modules.pop("vetted_gone_mod")
+    with pytest.raises(PatchSetErrors, match="vetted_gone_mod"):
+        make_loader(tmp_path, docs, entries)
+    loader = make_loader(tmp_path, docs, entries, vetted=Vetted(True, frozenset({"vetted_gone_mod"})))
+    with pytest.raises(RequiredPatchFailed, match="gone"):
+        loader.run_import_stage()
+    assert loader.records["gone"].state == "failed"

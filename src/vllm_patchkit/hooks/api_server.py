@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from vllm_patchkit.reporting import gather, route as http_status, metrics
+from vllm_patchkit.reporting import gather, route as http_status
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.record import RUN_ID_ENV, default_status_dir
 
@@ -36,6 +36,10 @@ def after_build_app(wrapped, instance, args, kwargs, ctx):
     try:
         registry = ctx.use("get_prometheus_registry")()
         from prometheus_client import REGISTRY
+
+        # imported once vLLM has built its app (and imported prometheus_client): not at start-up, where the
+        # front end has not imported it yet (benchmarks/startup.py: no module vLLM would not have imported)
+        from vllm_patchkit.reporting import metrics
 
         if registry is REGISTRY:
             metrics.install(registry, base, run_id, gatherer=gatherer)

@@ -31,7 +31,7 @@ from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
                                           ProcessRecord, default_status_dir, process_file, run_id, write_atomic)
-from vllm_patchkit.runtime.sets_cache import cache_sets, cached_sets
+from vllm_patchkit.runtime.sets_cache import Vetted, cache_sets, cached_sets
 from vllm_patchkit.runtime.shadow import classes_in_use
 from vllm_patchkit.runtime.stale_watch import StaleWatch
 from vllm_patchkit.runtime.standing import Standing
@@ -61,6 +61,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
         status_dir: Optional[Path] = None,
         write_records: bool = True,
         lazy: bool = False,
+        vetted: Optional[Vetted] = None,
     ):
         self.patch_set = patch_set
         self.role = role
@@ -94,8 +95,10 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
         )
         self.records: dict[str, PatchRecord] = {}
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
-        self._check_modules()
-        self._check_contradictions()
+        # vetted: what the start-up cache's writer already checked of these very sets (sets_cache.Vetted)
+        self._check_modules(vetted.modules if vetted else frozenset())
+        if vetted is None or not vetted.no_contradictions:
+            self._check_contradictions()
         self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
         self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
         for patch, _, _ in self.plan:
@@ -112,7 +115,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
 
         cached, name = cached_sets(sets, with_env) if manifest_dir is None else (None, None)
         if cached is not None:
-            loader = cls(cached[0], cached[1], role=role, **kw)
+            loader = cls(cached[0], cached[1], role=role, vetted=cached[2], **kw)
         else:
             # the cold path: read and validate the YAML (a process served from the start-up cache never imports it)
             from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
@@ -172,8 +175,9 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
             plan.append((patch, entry, stage))
         return plan
 
-    def _check_modules(self) -> None:
-        """Every module a listed patch names must exist, before anything is applied."""
+    def _check_modules(self, known: frozenset = frozenset()) -> None:
+        """Every module a listed patch names must exist, before anything is applied (`known`: found by the
+        start-up cache's writer in this installation; a file deleted since fails at verify, as a patch failure)."""
         errors = []
         for patch, entry, _ in self.plan:
             if entry is None and patch.id in self.unavailable:
@@ -185,7 +189,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
                 if spec is None:
                     continue
                 module = spec.partition(":")[0]
-                if not module_exists(module):
+                if module not in known and not module_exists(module):
                     errors.append(DeclarationError(self.patch_set.files[patch.key], fld,
                                                    f"module {module!r} not found (expected an importable module in {spec!r})"))
         if errors:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
@@ -19,10 +19,26 @@ from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.declaration.preconditions import admits_for, remember_admits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
+from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.upstream import cache
 from vllm_patchkit.upstream import cache_models, cache_stamps
 
 log = logging.getLogger("vllm.patchkit")
+
+
+class Vetted(NamedTuple):
+    """What the entry's writer checked of the very sets it holds, so a warm process need not again (~2 ms): the
+    manifests contradict no patch's `when.vllm` (the writer's loader raised otherwise, and the check reads only
+    the sets), and these modules, named by the sets' patches, were found in this installation (its stamp is
+    the entry's key)."""
+
+    no_contradictions: bool
+    modules: frozenset
+
+
+def _named_modules(ps: PatchSet) -> set[str]:
+    return {spec.partition(":")[0] for p in ps.patches.values()
+            for spec in (p.target, p.implementation, p.value_from, *p.copies, *p.uses) if spec}
 
 
 def _sets_key(sets, with_env: bool) -> tuple[list, str]:
@@ -37,7 +53,7 @@ def _sets_inputs(folders: list, files: list) -> dict:
 
 
 def cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
-    """((patch set, manifests), the entry's name) from a verified entry, else (None, the entry's name) after saying
+    """((patch set, manifests, Vetted), the entry's name) from a verified entry, else (None, the entry's name) after saying
     why it was not used (a missing entry is said by `cache_sets`, once it is written). The cyclic GC is paused
     meanwhile: the entry's JSON and its models are thousands of young objects that would otherwise bring a full
     collection over all of vLLM's forward (~1 ms per process, benchmarks/startup.py)."""
@@ -89,6 +105,9 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
         for release, by_specifier in (admits.items() if type(admits) is dict else ()):
             if type(release) is str and type(by_specifier) is dict:
                 remember_admits(by_specifier, release)
+        vetted = content.get("vetted")
+        vetted = Vetted(vetted["no_contradictions"] is True, frozenset(
+            m for m in vetted["modules"] if type(m) is str)) if type(vetted) is dict else None
         if not all(isinstance(x, str) for d in (ps.files, ps.set_of) for kv in d.items() for x in kv) or not all(
                 k == p.key for k, p in ps.patches.items()) or not all(isinstance(m.path, str) for m in ms.values()):
             raise cache_models.NotRebuildable("a file name or key of the wrong type")
@@ -96,7 +115,7 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
         cache.rebuilt(name, f"its content does not fit the schema ({exc})", cache.TAMPERED)
         return None, name
     cache.report(f"cache: used: {name} (its digest and every input verified)")
-    return (ps, ms), name
+    return (ps, ms, vetted), name
 
 
 def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict, vllm_version: str) -> None:
@@ -119,7 +138,10 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict, vllm_
                    "manifests": {v: {"path": m.path, "manifest": cache_models.dumps(m.manifest)} for v, m in ms.items()},
                    # each `when.vllm` judged for this process's release and every manifest's (the contradictions
                    # check reads them all): preconditions.remember_admits
-                   "admits": {release: admits_for(specs, release) for release in sorted({*ms, vllm_version})}}
+                   "admits": {release: admits_for(specs, release) for release in sorted({*ms, vllm_version})},
+                   # called once the loader accepted these sets: its contradictions check passed (Vetted)
+                   "vetted": {"no_contradictions": True,
+                              "modules": sorted(m for m in _named_modules(ps) if module_exists(m))}}
         body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
                 "inputs": _sets_inputs(folders, files), "content": content}
         if cache.write(name, body):

@@ -16,6 +16,7 @@ import types
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.pins import Fingerprint
+from vllm_patchkit.upstream.cache_models import load_model
 from vllm_patchkit.upstream.source_fingerprint import from_def, instance_attribute, value_digest
 
 
@@ -81,6 +82,13 @@ def live_instance_attribute(cls: type, attr: str) -> "Fingerprint | tuple[str, b
     return instance_attribute(chain, attr, f"{cls.__module__}:{cls.__qualname__}")
 
 
+def _built(**values: Any) -> Fingerprint:
+    """A Fingerprint of values computed here, without pydantic's validator: building it costs ~1 ms of CPU at the
+    first fingerprint of a process (its validators are deferred); the values are checked for their JSON types
+    (cache_models.load_model), which is all the validator would check of them."""
+    return load_model(Fingerprint, values)
+
+
 def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: bool = False) -> Fingerprint:
     """Fingerprint of an object as it is installed now (our own wrappers looked through).
 
@@ -89,20 +97,20 @@ def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: 
     fingerprint of the same release must compare equal)."""
     kind = raw_kind(raw, owner_is_class)
     if kind == "attribute":
-        return Fingerprint(kind=kind, value_digest=value_digest(raw) if with_value else None)
+        return _built(kind=kind, value_digest=value_digest(raw) if with_value else None)
     func = innermost(raw)
     key = _cache_key(func, kind, with_digest)
     if key is not None:
         hit = _cached_fingerprints().get(key)
         if hit is not None:
-            return Fingerprint(kind=kind, signature=hit[0], source_digest=hit[1])
+            return _built(kind=kind, signature=hit[0], source_digest=hit[1])
     node = _parse_def(func)
     if node is not None:
         fp = from_def(node, kind, with_digest)
         if key is not None:
             _remember(key, fp)
         return fp
-    return Fingerprint(kind=kind, signature=None if kind == "class" else _signature_without_source(func))
+    return _built(kind=kind, signature=None if kind == "class" else _signature_without_source(func))
 
 
 # -- the live-fingerprint cache (cache.py) ----------------------------------------------------------
