@@ -65,7 +65,7 @@ def test_postprocess_sampled_replacement_renaming_sampled_tokens_and_requiring_q
     def postprocess_sampled(self, idx_mapping, tokens, num_sampled, num_rejected, query_start_loc):
         return None
 
-    found = problems(postprocess_sampled, real_signature(POST), kind="replace",
+    found = problems(postprocess_sampled, real_signature(POST), shape="replace",
                      name="plugin.runner:postprocess_sampled", target_kind="method")
     assert codes(found) == [("renamed", "sampled_tokens"), ("made_required", "query_start_loc")]
     assert [p.reason for p in found] == [
@@ -93,7 +93,7 @@ def test_pool_bytes_replacement_of_the_wrong_arity_is_caught():
     def pool_bytes(vllm_config, kv_cache_groups):
         return 0
 
-    found = problems(pool_bytes, real_signature(POOL), kind="replace", name="plugin.kv:pool_bytes")
+    found = problems(pool_bytes, real_signature(POOL), shape="replace", name="plugin.kv:pool_bytes")
     assert codes(found) == [("reordered", "kv_cache_groups"), ("extra_required", "vllm_config")]
     assert found[0].reason == (
         "implementation plugin.kv:pool_bytes takes 'vllm_config' at position 0 where the target takes "
@@ -109,8 +109,8 @@ def test_pool_bytes_replacement_taking_one_argument_where_vllm_passes_two_is_cau
     def pool_bytes(kv_cache_groups):
         return 0
 
-    assert problems(pool_bytes, real_signature(POOL), kind="replace") == []  # right for 0.31
-    found = problems(pool_bytes, POOL_ON_0_32, kind="replace", name="plugin.kv:pool_bytes")
+    assert problems(pool_bytes, real_signature(POOL), shape="replace") == []  # right for 0.31
+    found = problems(pool_bytes, POOL_ON_0_32, shape="replace", name="plugin.kv:pool_bytes")
     assert codes(found) == [("dropped", "vllm_config"), ("reordered", "vllm_config")]
     assert found[0].reason == (
         "implementation plugin.kv:pool_bytes does not accept parameter 'vllm_config' (the target takes it at "
@@ -234,13 +234,13 @@ TARGET = "(a, b=None, *rest, c=None, **kw)"
     (f_extra_positional, [("extra_positional", "extra")]),
 ])
 def test_each_rule(impl, expected):
-    assert codes(problems(impl, TARGET, kind="replace")) == expected
+    assert codes(problems(impl, TARGET, shape="replace")) == expected
 
 
 def test_messages_name_the_parameter_and_the_call_that_breaks():
     by: dict[str, str] = {}
     for f in (f_renamed_kw, f_dropped, f_star_only, f_star_and_names, f_extra_positional, f_extra):
-        for p in problems(f, TARGET, kind="replace", name="x:f"):
+        for p in problems(f, TARGET, shape="replace", name="x:f"):
             by.setdefault(p.code, p.reason)
     assert by["renamed"] == ("implementation x:f renamed parameter 'b' to 'bee' (position 1): vLLM's keyword call "
                              "b=... lands in **kw and leaves 'bee' unset (TypeError)")
@@ -268,7 +268,7 @@ def test_query_start_loc_only_through_star_args_is_not_accepted_by_keyword():
     def postprocess_sampled(*args):
         return None
 
-    found = problems(postprocess_sampled, real_signature(POST), kind="replace", name="vllm_patchkit.x:f",
+    found = problems(postprocess_sampled, real_signature(POST), shape="replace", name="vllm_patchkit.x:f",
                      target_kind="method")
     assert [p.where for p in found] == ["idx_mapping", "sampled_tokens", "num_sampled", "num_rejected",
                                             "query_start_loc"]  # never 'self': Python binds it
@@ -280,9 +280,9 @@ def test_query_start_loc_only_through_star_args_is_not_accepted_by_keyword():
 def test_positional_only_target_parameters_may_take_any_name():
     def f(x, y=None, /): ...
 
-    assert problems(f, "(a, b=None, /)", kind="replace") == []
-    assert codes(problems(f, "(a, b, /)", kind="replace")) == []
-    assert codes(problems(lambda x, y, /: 0, "(a, b=None, /)", kind="replace")) == [("made_required", "b")]
+    assert problems(f, "(a, b=None, /)", shape="replace") == []
+    assert codes(problems(f, "(a, b, /)", shape="replace")) == []
+    assert codes(problems(lambda x, y, /: 0, "(a, b=None, /)", shape="replace")) == [("made_required", "b")]
 
 
 def test_replace_is_compared_with_all_its_parameters():
@@ -290,17 +290,17 @@ def test_replace_is_compared_with_all_its_parameters():
     def wrong(self, idx_mapping, sampled_tokens, num_sampled, num_rejected): ...
 
     sig = real_signature(POST)
-    assert problems(replacement, sig, kind="replace") == []
-    assert codes(problems(wrong, sig, kind="replace")) == [("dropped", "query_start_loc")]
+    assert problems(replacement, sig, shape="replace") == []
+    assert codes(problems(wrong, sig, shape="replace")) == [("dropped", "query_start_loc")]
     # a replacement declared as a wrap is caught by the wrap's shape
-    assert codes(problems(replacement, sig, kind="wrap")) == [("shape", None)]
+    assert codes(problems(replacement, sig, shape="wrap")) == [("shape", None)]
 
 
 def test_signature_objects_and_unreadable_signatures():
     sig = inspect.signature(lambda kv_cache_groups: 0)
-    assert problems(sig, "(kv_cache_groups)", kind="replace") == []
+    assert problems(sig, "(kv_cache_groups)", shape="replace") == []
     assert problems(len, "(kv_cache_groups)") in ([], problems(len, "(kv_cache_groups)"))  # builtins: judged or not
-    assert problems(lambda x: 0, "not a signature", kind="replace") == []
+    assert problems(lambda x: 0, "not a signature", shape="replace") == []
     assert problems(lambda wrapped, instance, args, kwargs: 0, "not a signature", params=["x"]) == []
 
 

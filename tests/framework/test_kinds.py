@@ -69,3 +69,23 @@ def test_the_doc_shows_the_code_that_runs():
     row = next(line for line in (ROOT / "src/vllm_patchkit/declaration/kinds.py").read_text().splitlines()
                if 'KindDeclaration("warn"' in line)
     assert any(row.strip() in b for b in blocks)
+
+
+def test_no_layer_branches_on_which_kind_a_patch_is():
+    """Issue 23: the loader, verify, apply, `check`, `pin` and reporting ask a kind's traits (its row, or its
+    runtime module), never its identity; only the kinds' own code (their rows and modules) and the schema that
+    defines the enum name a member. Fails on a `Kind.wrap`-style comparison or a tuple of kind names anywhere
+    else in the framework."""
+    src = Path(__file__).resolve().parents[2] / "src" / "vllm_patchkit"
+    names = "|".join(d.name for d in DECLARATIONS)
+    member = re.compile(rf"\bKind\.({names})\b")
+    named = re.compile(rf"kind(\.value)?\)? (==|!=|in|not in) \(?\"({names})\"")
+    allowed = {src / "declaration" / "kinds.py", src / "declaration" / "schema.py"}
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path in allowed or (src / "runtime" / "kinds") in path.parents or (src / "tools" / "scan") in path.parents:
+            continue  # tools/scan classifies a third-party plugin's code into the kinds it would declare
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if member.search(line) or named.search(line):
+                found.append(f"{path.relative_to(src)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)

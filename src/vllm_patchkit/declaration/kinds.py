@@ -16,23 +16,44 @@ class KindDeclaration(NamedTuple):  # a NamedTuple: built at every start-up, ~10
     doc: str
     needs: tuple[str, ...] = ()  # fields a patch of this kind must give
     takes: tuple[str, ...] = ()  # optional fields only the kinds listing them may give
+    # What it does at its target, as the layers that judge a patch ask it (verify, apply, check, status): never
+    # which kind a patch is, so a new kind with the same traits needs no change there.
+    #: how the function it installs at its places is called: "wrap": implementation(wrapped, instance, args,
+    #: kwargs[, ctx]) around the original; "replace": in the original's place, with vLLM's calls as they are;
+    #: "": it installs no function (the target's call convention, stale copies and call counters do not apply)
+    call_shape: str = ""
+    #: it sets the target attribute to a value (a value pin; on each object with `instances`)
+    sets_value: bool = False
+    #: it selects a class through a config field (judged at the config stage; its overrides are pinned)
+    selects_class: bool = False
+
+    @property
+    def installs_function(self) -> bool:
+        return self.call_shape != ""
+
+    @property
+    def pins_source(self) -> bool:
+        """It re-implements the target's body: the target's source digest is pinned, not only its signature."""
+        return self.call_shape == "replace"
 
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (
     KindDeclaration("wrap", "implementation(wrapped, instance, args, kwargs[, ctx]) around the target, or a counted "
                     "passthrough", needs=("target",),
-                    takes=("implementation", "copies", "params", "instances", "reimplements", "observer")),
+                    takes=("implementation", "copies", "params", "instances", "reimplements", "observer"),
+                    call_shape="wrap"),
     KindDeclaration("replace", "the target is replaced by the implementation", needs=("target", "implementation"),
-                    takes=("copies", "reimplements")),
+                    takes=("copies", "reimplements"), call_shape="replace"),
     KindDeclaration("set", "the target attribute is set to `value` (or what `value_from` names)", needs=("target",),
-                    takes=("value", "value_from", "instances", "inherited_from")),
+                    takes=("value", "value_from", "instances", "inherited_from"), sets_value=True),
     KindDeclaration("env_default", "an env var gets a default when unset", needs=("env_default",)),
     KindDeclaration("refuse", "start-up stops with `message` when `when` holds", needs=("message",)),
     KindDeclaration("warn", "a warning with `message` when `when` holds; start-up goes on", needs=("message",)),
     KindDeclaration("subclass", "`implementation` (a subclass of the target class) is selected through "
                     "`config_field`", needs=("target", "implementation", "config_field", "overrides"),
-                    takes=("reimplements",)),
+                    takes=("reimplements",), selects_class=True),
 )
+_BY_NAME = {d.name: d for d in DECLARATIONS}
 
 #: The fields whose use depends on the kind: given to a kind that neither needs nor takes one, they are an error.
 GOVERNED = frozenset(f for d in DECLARATIONS for f in d.needs + d.takes) - {"target"}
@@ -45,8 +66,21 @@ HINTS = {
 }
 
 
-def declaration_of(kind: str) -> KindDeclaration:
-    return next(d for d in DECLARATIONS if d.name == kind)
+def declaration_of(kind: object) -> KindDeclaration:
+    """The row of a kind, by its name or its `Kind` member (a str enum: its value is the name)."""
+    return _BY_NAME[getattr(kind, "value", kind)]
+
+
+def installs_function(kind_name: object) -> bool:
+    """Whether the kind named in a record (any JSON value: records are read defensively) installs a function:
+    its calls are counted. An unknown name installs none."""
+    row = _BY_NAME.get(kind_name) if isinstance(kind_name, str) else None
+    return row is not None and row.installs_function
+
+
+def traits(patch: object) -> KindDeclaration:
+    """The row of a patch's kind: what the layers that judge the patch ask instead of which kind it is."""
+    return declaration_of(patch.kind)
 
 
 def _given(value: object) -> bool:

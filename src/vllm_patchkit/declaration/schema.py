@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vllm_patchkit.declaration.kinds import DECLARATIONS, problems
+from vllm_patchkit.declaration.kinds import DECLARATIONS, declaration_of, problems
 
 PATCH_ID = r"^[a-z0-9][a-z0-9._-]*$"
 TARGET = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
@@ -251,23 +251,23 @@ class Patch(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Patch":
-        k = self.kind
+        k, row = self.kind, declaration_of(self.kind)
         # fields with their own words first (what they are for, beyond which kind takes them)
-        if self.instances and (k not in (Kind.wrap, Kind.set) or self.target is None
+        if self.instances and (not (row.call_shape == "wrap" or row.sets_value) or self.target is None
                                or "." not in self.target.partition(":")[2]):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
             self._check_inherited_from()
-        if self.params and (k is not Kind.wrap or self.implementation is None):
+        if self.params and (row.call_shape != "wrap" or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
-        if self.observer and (k is not Kind.wrap or self.when.needs_config() or self.when.vllm is not None):
+        if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
             raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
                              "(it runs before anything about the model is known)")
         found = problems(k.value, {f: getattr(self, f) for f in self.model_fields})
         if found:
             raise ValueError("; ".join(found))
-        if k is Kind.subclass:
+        if row.selects_class:
             if "." in self.target.partition(":")[2]:
                 raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
                                  f"{self.target!r}")
@@ -285,7 +285,7 @@ class Patch(Strict):
 
     def _check_inherited_from(self) -> None:
         """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
-        if self.kind is not Kind.set:
+        if not declaration_of(self.kind).sets_value:
             raise ValueError(f"'inherited_from' is only for kind set (an inherited class attribute overridden on one "
                              f"subclass), not {self.kind.value!r}")
         if self.instances:
@@ -315,7 +315,7 @@ class Patch(Strict):
         """The places pinned with their source digest: what the implementation copies (`reimplements`; unset, a
         replace copies its target)."""
         if self.reimplements is None:
-            return frozenset([self.target] if self.kind is Kind.replace and self.target else [])
+            return frozenset([self.target] if declaration_of(self.kind).pins_source and self.target else [])
         return frozenset(self.reimplements)
 
     @property
@@ -327,7 +327,7 @@ class Patch(Strict):
         """'import' if every precondition can be judged at plugin load, else 'config'.
 
         A subclass is always config-stage: the field that selects it lives on the VllmConfig."""
-        return "config" if self.when.needs_config() or self.kind is Kind.subclass else "import"
+        return "config" if self.when.needs_config() or declaration_of(self.kind).selects_class else "import"
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from typing import Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
 from vllm_patchkit.reporting.verdict import assess, is_inert, warnings_of
 
@@ -103,7 +104,7 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
             pid, _, version = str(rec.get("patch")).partition("@")
             state_n[(pid, version, rec.get("patch_set") or "", role, str(bool(rec.get("required"))).lower(),
                      state)] += 1
-            if rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied":
+            if installs_function(rec.get("kind")) and rec.get("state") == "applied":
                 call_n[(pid, role)] += int(rec.get("calls") or 0)
     for labels, n in sorted(state_n.items()):
         states.add_metric(list(labels), n)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
 from vllm_patchkit.reporting.verdict import OK, assess, ends, is_inert, never_applied, warnings_of
 
@@ -79,7 +80,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided", "remedy"))
             for f in rec.get("findings") or []:
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
-            counted = rec.get("kind") in ("wrap", "replace") and rec.get("state") == "applied"
+            counted = installs_function(rec.get("kind")) and rec.get("state") == "applied"
             calls = str(rec.get("calls", 0)) if counted else "-"
             table.add_row(label, rec.get("patch_set") or "-", rec["patch"], state, calls,
                           "; ".join(x for x in (reason, extra) if x))

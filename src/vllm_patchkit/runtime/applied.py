@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.wrappers import MARK, Counter
 from vllm_patchkit.upstream.targets import Place, TargetError, resolve
 
@@ -41,7 +42,7 @@ class Applied:
             if SET_BY.get((id(place.owner), place.attr)) == self.patch.key:
                 del SET_BY[(id(place.owner), place.attr)]
         method = self.patch.target.rpartition(".")[2] if self.patch.instances else None
-        for obj in list(self.instances or ()) if self.patch.kind is not Kind.set else ():
+        for obj in list(self.instances or ()) if not traits(self.patch).sets_value else ():
             # objects made while patched: back to the class's method
             bound = obj.__dict__.get(method)
             if getattr(getattr(bound, "__func__", None), MARK, None) == self.patch.key:

@@ -7,7 +7,8 @@ import logging
 import os
 from typing import Any
 
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import SET_BY, Applied
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.runtime.wrappers import build_callable, rewrap_descriptor
@@ -21,17 +22,17 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     `ctx`: the PatchContext the loader made for this patch (a wrap with an implementation); a detached
     one when installed without a loader, so its counters are kept on it.
     """
-    if ctx is None and patch.kind is Kind.wrap and impl is not None:
+    if ctx is None and traits(patch).call_shape == "wrap" and impl is not None:
         ctx = PatchContext.detached(patch)
     if patch.instances:  # on each object vLLM builds: only such patches import that machinery
         from vllm_patchkit.runtime.instances import install_on_instances, install_value_on_instances
-    if patch.instances and patch.kind is Kind.set:
+    if patch.instances and traits(patch).sets_value:
         return install_value_on_instances(patch, place, impl if patch.value_from is not None else patch.value, count)
     if patch.instances:
         return install_on_instances(patch, place, impl, count, ctx)
     applied = Applied(patch, ctx=ctx)
     raw = place.get_raw()
-    if patch.kind is Kind.set:
+    if traits(patch).sets_value:
         place.set_raw(impl if patch.value_from is not None else patch.value)
         applied.places.append((place, raw))
         SET_BY[(id(place.owner), place.attr)] = patch.key

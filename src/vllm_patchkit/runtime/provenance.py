@@ -11,7 +11,8 @@ import sys
 import types
 from typing import Any, Optional
 
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.runtime.wrappers import ours
@@ -171,7 +172,7 @@ def foreign_replacement(patch: Patch, spec: str, raw: Any) -> Optional[Finding]:
     """The object at a wrap/replace target is not upstream's at all: its code lives outside the upstream
     package (another plugin's `setattr`). A conflict naming the distribution and file:line, judged before the
     fingerprint, whose difference (an added parameter, ...) would otherwise send the user to re-pin."""
-    if patch.kind not in (Kind.wrap, Kind.replace):
+    if not traits(patch).installs_function:
         return None
     func = fp.innermost(raw)
     if type(func) is not types.FunctionType or ours(func):

@@ -127,7 +127,7 @@ def _override_problem(patch: Patch, impl: type, own: list[type], name: str, pin)
         return _finding("convention", f"{spec_of(definer)}.{name} is a {kind} where the base's is a {pin.kind}: "
                                       "vLLM's calls bind differently", pin.kind, kind)
     func = function_of(raw)
-    found = convention.problems(func, pin.signature, kind="replace", name=f"{spec_of(definer)}.{name}",
+    found = convention.problems(func, pin.signature, shape="replace", name=f"{spec_of(definer)}.{name}",
                                 target_kind=pin.kind)
     if found and name == "__init__":
         judged = judge_constructor(patch, func)

@@ -17,7 +17,8 @@ from vllm_patchkit.upstream import source_fingerprint, wrapper_layers as layers
 from vllm_patchkit.runtime.applied import SET_BY
 from vllm_patchkit.runtime.provenance import outside_upstream, replaced_by, code_site, describe_site, foreign_replacement
 from vllm_patchkit.runtime.wrappers import ours
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.upstream.findings import Finding
@@ -39,9 +40,9 @@ class Verified:
 def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
     """A `wrap`/`replace` installs a function: only a function or method (staticmethod and
     classmethod kept as they are) can take one without changing what vLLM sees."""
-    if patch.kind not in (Kind.wrap, Kind.replace) or isinstance(raw, (staticmethod, classmethod)):
+    if not traits(patch).installs_function or isinstance(raw, (staticmethod, classmethod)):
         return None
-    if isinstance(raw, property) and patch.kind is Kind.wrap and raw.fget is not None:
+    if isinstance(raw, property) and traits(patch).call_shape == "wrap" and raw.fget is not None:
         return None  # the getter is wrapped; the class keeps a property (apply.rewrap_descriptor)
     t = type(raw)
     tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -72,7 +73,7 @@ def _held_by_value(patch: Patch, func: Any) -> Optional[Finding]:
     """The target names a function imported (or aliased) by value from where it is defined: the same rule and
     words as `check` (misdeclared.py). Told apart from a replacement: the place the function's own
     `__module__:__qualname__` names holds this very object."""
-    if patch.kind not in (Kind.wrap, Kind.replace) or type(func) is not types.FunctionType:
+    if not traits(patch).installs_function or type(func) is not types.FunctionType:
         return None
     defined_at = f"{func.__module__}:{func.__qualname__}"
     if defined_at == patch.target or "<" in func.__qualname__:
@@ -215,7 +216,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
     the result's `later_uses`), so verifying never imports a module vLLM has not imported itself.
     """
     out = Verified()
-    if patch.kind is Kind.set and (patch.instances or patch.inherited_from is not None):
+    if traits(patch).sets_value and (patch.instances or patch.inherited_from is not None):
         got = _set_place(patch, entry)  # an attribute of each object, or an inherited one overridden on a subclass
         if isinstance(got, Finding):
             return got
@@ -272,7 +273,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None,
                        with_value=pin.value_digest is not None)
         want = pin
-        if (patch.kind is Kind.set and pin.value_digest is not None and live.value_digest != pin.value_digest
+        if (traits(patch).sets_value and pin.value_digest is not None and live.value_digest != pin.value_digest
                 and live.value_digest is not None and live.value_digest == source_fingerprint.value_digest(patch.value)):
             out.already = True  # the value this patch sets is there already (an earlier loader of this process)
             want = pin.model_copy(update={"value_digest": None})
@@ -318,7 +319,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
             return Finding("value_from", f"value_from {patch.value_from}: {exc}", "importable", "error")
         if out.place is not None and not patch.instances and out.place.get_raw() is out.impl:
             out.already = True
-    if patch.kind is Kind.subclass and out.place is not None:
+    if traits(patch).selects_class and out.place is not None:
         from vllm_patchkit.runtime import subclass
 
         out.impl, bad = subclass.check(patch, entry, out.place, pinned_elsewhere)
@@ -328,12 +329,12 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
             out.impl = load_object(patch.implementation)
         except TargetError as exc:
             return Finding("implementation", f"implementation {patch.implementation}: {exc}", "importable", "error")
-        if not callable(out.impl) and patch.kind in (Kind.wrap, Kind.replace):
+        if not callable(out.impl) and traits(patch).installs_function:
             return Finding("implementation", f"implementation {patch.implementation} is not callable", "callable", type(out.impl).__name__)
-        if patch.kind in (Kind.wrap, Kind.replace) and out.place is not None and target_pin.signature:
+        if traits(patch).installs_function and out.place is not None and target_pin.signature:
             # a wrap: its (wrapped, instance, args, kwargs[, ctx]) shape and declared params; a replace:
             # every call vLLM can make to the target
-            found = convention.problems(out.impl, target_pin.signature, kind=patch.kind.value,
+            found = convention.problems(out.impl, target_pin.signature, shape=traits(patch).call_shape,
                                         name=patch.implementation, target_kind=target_pin.kind,
                                         params=patch.params, patch=patch.key)
             if found:

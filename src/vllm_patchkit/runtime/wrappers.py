@@ -18,7 +18,8 @@ import logging
 import types
 from typing import Any, Callable, Optional
 
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.upstream.convention import wrap_takes_context
 from vllm_patchkit.upstream.targets import function_of
@@ -107,7 +108,7 @@ def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], c
     `bound`: vLLM passes the instance (or class) first (a method, classmethod, property getter, or an
     `instances: true` method); `ctx`: the patch's PatchContext, given to an implementation taking 5 parameters.
     """
-    if patch.kind is Kind.replace:
+    if traits(patch).call_shape == "replace":
         # a private layer even uncounted: the mark must never land on the implementation object itself
         fn = _counted_passthrough(impl, counter) if count else _passthrough(impl)
     elif impl is None:

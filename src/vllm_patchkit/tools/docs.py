@@ -13,6 +13,7 @@ from typing import Optional
 from packaging.version import Version
 
 from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
+from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.knobs import KNOBS
 from vllm_patchkit.declaration.manifest import Loaded, load_manifests
@@ -88,7 +89,7 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
             f"- **Why:** {' '.join(p.why.split())}",
             f"- **Upstream:** {p.upstream}",
             f"- **Retire when:** {retire}",
-            f"- **Kind:** `{p.kind.value}`" + (" (counted passthrough)" if p.kind.value == "wrap" and not p.implementation else ""),
+            f"- **Kind:** `{p.kind.value}`" + (" (counted passthrough)" if traits(p).call_shape == "wrap" and not p.implementation else ""),
             f"- **Target:** `{p.target}`" if p.target else "- **Target:** none",
         ]
         if p.copies:

@@ -18,7 +18,8 @@ from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.upstream.compat import judge_all
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.releases import LiveRelease, Release, StaticView
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.sigdiff import compare, missing_breakages, new_home
 from vllm_patchkit.upstream.missing import Missing
@@ -49,7 +50,7 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
-        if patch.kind is Kind.set and (patch.instances or patch.inherited_from) and spec in (patch.target,
+        if traits(patch).sets_value and (patch.instances or patch.inherited_from) and spec in (patch.target,
                                                                                              patch.inherited_from):
             found[spec], more = _set_place(release, patch, spec, pins.get(spec))  # the loader's reading, statically
             out.extend(more)
@@ -85,13 +86,13 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         if spec == patch.target:
             target_id = release.identity(spec)
             why = misdeclared.class_target(patch.kind.value, spec, got.kind)
-            if why is None and patch.kind in (Kind.wrap, Kind.replace) and target_id is not None:
+            if why is None and traits(patch).installs_function and target_id is not None:
                 why = misdeclared.held_by_value(spec, target_id[1])
             if why is not None:
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue
             out.extend(_convention(patch, got, impl_here))
-            if patch.kind in (Kind.wrap, Kind.replace):
+            if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
                            for held in release.holders(spec) if held not in patch.copies and held not in before)
@@ -191,7 +192,7 @@ def _live_foreign_check(release: Release, patch: Patch):
     """For the installed vLLM read by import (`--live`): a function telling, per target, whether another
     plugin's code stands there (the loader's `conflict`, `provenance.foreign_replacement`), as a breakage; None
     otherwise. A static reading sees only vLLM's source, never a run-time replacement."""
-    if not isinstance(release, LiveRelease) or patch.kind not in (Kind.wrap, Kind.replace):
+    if not isinstance(release, LiveRelease) or not traits(patch).installs_function:
         return None
     load_other_plugins()
 

@@ -50,7 +50,8 @@ import inspect
 from typing import Iterable, Optional, Union
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
-from vllm_patchkit.declaration.schema import Kind, Patch
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.schema import Patch
 
 #: differences inside a signature, which a forwarding wrap may survive
 SIGNATURE = frozenset({
@@ -107,7 +108,7 @@ def judge_all(patch: Patch, found: Iterable[Breakage]) -> list[Breakage]:
 def _override_name(patch: Patch, b: Breakage) -> Optional[str]:
     """The overridden method a breakage concerns (kind subclass): at `target.name`, or at the base's
     definition it is now inherited from / moved to (compared there by `check.examine`)."""
-    if patch.kind is not Kind.subclass or not patch.target or b.target in patch.uses:
+    if not traits(patch).selects_class or not patch.target or b.target in patch.uses:
         return None
     prefix = patch.target + "."
     if b.target.startswith(prefix):
@@ -137,11 +138,11 @@ def _stand_in_for(patch: Patch, b: Breakage) -> Union[None, str, tuple[str, obje
     """None: not an override or proxy; a str: it cannot be read (why); else (how to name it, ImplDef)."""
     if patch.implementation is None:
         return None
-    if patch.kind is Kind.subclass:
+    if traits(patch).selects_class:
         name = _override_name(patch, b)
         if name is None:
             return None
-    elif patch.kind is Kind.replace and b.target == patch.target:
+    elif traits(patch).call_shape == "replace" and b.target == patch.target:
         name = None
     else:
         return None
@@ -205,15 +206,15 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
         stand_in = _stand_in_for(patch, b)
         if isinstance(stand_in, tuple):
             return _override_rule(patch, b, *stand_in)
-        if isinstance(stand_in, str) and patch.kind is Kind.subclass:
+        if isinstance(stand_in, str) and traits(patch).selects_class:
             return True, f"the override cannot be read to judge the change ({stand_in})"
     if b.kind not in SIGNATURE:
         return True, _ALWAYS.get(b.kind, "not a signature difference")
     if b.target in patch.uses:
         return True, "the implementation calls this upstream callable with arguments of its own"
-    if patch.kind is Kind.replace:
+    if traits(patch).call_shape == "replace":
         return True, "a replace stands in the target's place: it must take the new signature"
-    if patch.kind is not Kind.wrap:
+    if traits(patch).call_shape != "wrap":
         return True, f"a {patch.kind.value} patch steers the target's behaviour: a person re-reads the change"
     if patch.implementation is None:
         return False, "verbatim passthrough: args and kwargs reach upstream untouched"

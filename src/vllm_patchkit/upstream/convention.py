@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Optional, Union
 
+from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.upstream.findings import Finding
 
 POSONLY, POSKW, VARPOS, KWONLY, VARKW = (
@@ -145,13 +146,14 @@ def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, para
     return out
 
 
-def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind: str = "wrap",
+def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, shape: str = "wrap",
              name: Optional[str] = None, target_kind: Optional[str] = None, params: Union[tuple, list] = (),
              patch: Optional[str] = None) -> list[Finding]:
     """Every way the implementation would reject (or misbind) a call the target accepts.
 
-    `impl`: the implementation callable, or its `inspect.Signature`; `kind`: "wrap" (called as
-    impl(wrapped, instance, args, kwargs[, ctx])) or "replace" (impl(*args, **kwargs)); `name`: how
+    `impl`: the implementation callable, or its `inspect.Signature`; `shape`: its kind's call shape
+    (declaration/kinds.py), "wrap" (called as impl(wrapped, instance, args, kwargs[, ctx])) or "replace"
+    (impl(*args, **kwargs)); `name`: how
     messages name it (`module:qualname`); `target_kind`: the pinned kind ("method"/"classmethod": the
     first parameter is bound by Python, never passed by keyword); `params`: a wrap's declared parameters,
     `patch`: its key (messages name it). An empty list: it fits. A signature that cannot be read or
@@ -164,7 +166,7 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, kind
     except (TypeError, ValueError):
         return []
     who = f"implementation {name or _label(impl)}"
-    if kind == "wrap":
+    if shape == "wrap":
         return _wrap_problems(who, sig, target_signature, tuple(params), patch, target_kind)
     if _forwards_everything(sig):
         return []  # fits any target; and the plugin's start-up need not load the signature parser
@@ -317,9 +319,7 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
     name bound by code that runs at import (no readable signature) is not judged. `static=False`: imported
     (what the loader does at start-up, inside vLLM).
     """
-    from vllm_patchkit.declaration.schema import Kind
-
-    if patch.kind not in (Kind.wrap, Kind.replace) or patch.implementation is None or not target_signature:
+    if not traits(patch).installs_function or patch.implementation is None or not target_signature:
         return []
     if static:
         from vllm_patchkit.upstream import impl_static
@@ -334,7 +334,7 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
                                                     f"({'a module' if d.kind == 'module' else 'a literal value'})")]
         if sig is None:
             return []
-        return problems(sig, target_signature, kind=patch.kind.value, name=patch.implementation,
+        return problems(sig, target_signature, shape=traits(patch).call_shape, name=patch.implementation,
                         target_kind=target_kind, params=patch.params, patch=patch.key)
     from vllm_patchkit.upstream.targets import TargetError, load_object
 
@@ -345,7 +345,7 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
     if not callable(impl):
         return [Finding("implementation", f"implementation {patch.implementation} is not callable "
                                           f"({type(impl).__name__})")]
-    return problems(impl, target_signature, kind=patch.kind.value, name=patch.implementation, target_kind=target_kind,
+    return problems(impl, target_signature, shape=traits(patch).call_shape, name=patch.implementation, target_kind=target_kind,
                     params=patch.params, patch=patch.key)
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Optional
 
+from vllm_patchkit.declaration.kinds import declaration_of
+
 #: what a `wrap`/`replace` can stand on (fingerprint kinds)
 FUNCTION_KINDS = frozenset({"function", "method", "staticmethod", "classmethod"})
 
 
 def class_target(patch_kind: str, target: str, target_kind: str) -> Optional[str]:
     """Why a wrap/replace cannot be installed at `target` when it is a class; None when it is not one."""
-    if patch_kind not in ("wrap", "replace") or target_kind != "class":
+    if not declaration_of(patch_kind).installs_function or target_kind != "class":
         return None
     return (f"{target} is a class; `{patch_kind}` supports functions and methods only (a function in its place "
             "breaks isinstance, subclassing and its class attributes; wrap its __init__ or a method instead)")

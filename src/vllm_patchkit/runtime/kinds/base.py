@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
+from vllm_patchkit.declaration.kinds import declaration_of
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.apply import install
@@ -36,14 +37,21 @@ class PatchKind:
     name: ClassVar[str] = ""
     #: it changes an object at `target`: deferred until the target's module is imported (lazy loading)
     changes_target: ClassVar[bool] = False
-    #: it installs a function at its places: stale copies, stacking and "still in place" are watched
-    installs_function: ClassVar[bool] = False
     #: its whole effect is to stop start-up when its `when` holds (nothing to pin or install)
     refuses: ClassVar[bool] = False
-    #: it selects a class through a config field: the classes in use are read again once it applied
-    selects_class: ClassVar[bool] = False
     #: how a finding names what it installed
     installed_name: ClassVar[str] = "object"
+
+    # what it does at its target is its row's (declaration/kinds.py), read by the layers below the runtime too
+    @property
+    def installs_function(self) -> bool:
+        """It installs a function at its places: stale copies, stacking and "still in place" are watched."""
+        return declaration_of(self.name).installs_function
+
+    @property
+    def selects_class(self) -> bool:
+        """It selects a class through a config field: the classes in use are read again once it applied."""
+        return declaration_of(self.name).selects_class
 
     def not_needed(self, unmet: Any) -> str:
         """The skip reason when its preconditions do not hold."""

@@ -7,7 +7,6 @@ from vllm_patchkit.runtime.kinds.base import AtPlaces
 
 class Replace(AtPlaces):
     name = "replace"
-    installs_function = True
     installed_name = "replacement"
 
 

@@ -14,7 +14,6 @@ log = logging.getLogger("vllm.patchkit")
 
 class Subclass(PatchKind):
     name = "subclass"
-    selects_class = True
     installed_name = "subclass"
 
     def choose(self, patch, verified, vllm_config):

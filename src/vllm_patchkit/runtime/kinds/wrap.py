@@ -9,7 +9,6 @@ from vllm_patchkit.runtime.kinds.base import AtPlaces
 
 class Wrap(AtPlaces):
     name = "wrap"
-    installs_function = True
     installed_name = "wrapper"
 
     def context(self, patch, record, flush):

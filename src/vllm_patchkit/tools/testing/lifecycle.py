@@ -40,6 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.tools.testing.places import check_patched, check_restored, expected_state, specs
 from vllm_patchkit.tools.testing.recipe import DEFAULT_ARCH, STANDIN, recipe_for
 from vllm_patchkit.tools.testing.snapshot import Checks, ImportSnapshot
@@ -256,7 +257,7 @@ class PatchLifecycle:
         rec3 = l3.records[self.patch.id]
         want = expected_state(self.patch)
         c(rec3.state == want, f"second loader: {self.patch.key} is {want}", {"state": rec3.state, "reason": rec3.reason})
-        if self.patch.kind.value in ("wrap", "replace") and rec3.state == "applied":
+        if traits(self.patch).installs_function and rec3.state == "applied":
             c("already" in rec3.detail, "second loader says the target already holds the patch", rec3.detail)
         if want == "refused":
             c(outcome3 is not None, "second loader refuses too", str(outcome3))

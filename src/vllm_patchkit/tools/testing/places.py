@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.runtime.kinds import kind_named
 from vllm_patchkit.runtime.wrappers import MARK
 from vllm_patchkit.tools.testing.snapshot import ImportSnapshot, layers
 from vllm_patchkit.upstream.targets import function_of
@@ -23,7 +25,7 @@ def specs(p) -> list[str]:
 
 
 def expected_state(p) -> str:
-    return "refused" if p.kind.value == "refuse" else "applied"
+    return "refused" if kind_named(p.kind.value).refuses else "applied"
 
 
 def check_patched(lc, loaders, snap: ImportSnapshot, outcome, refusal_raised: bool = True) -> None:
@@ -55,7 +57,7 @@ def _check_places(lc, p, rec, snap: ImportSnapshot, patched: bool) -> None:
         return
     original = snap.originals.get(p.target)
     target_raw = resolve(p.target, import_module=False).get_raw()
-    if not (p.kind.value in ("wrap", "replace") and patched):
+    if not (traits(p).installs_function and patched):
         c(target_raw is original, f"{p.target} untouched ({p.kind.value})", repr(target_raw)[:120])
         if p.env_default is not None and patched:
             c(os.environ.get(p.env_default.name) == p.env_default.value,
@@ -122,6 +124,6 @@ def check_restored(lc, snap: ImportSnapshot, env_before: dict, loaders=(), label
     for loader in loaders:
         for p in lc.closure:
             rec = loader.records[p.id]
-            if p.kind.value in ("wrap", "replace", "set", "env_default") and rec.state != "skipped":
+            if (traits(p).installs_function or traits(p).sets_value or p.env_default is not None) and rec.state != "skipped":
                 c(rec.state == "pending" and rec.reason == "unpatched", f"{label}: {p.key} record says unpatched",
                   {"state": rec.state, "reason": rec.reason})
