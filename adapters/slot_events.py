@@ -27,29 +27,22 @@ class SlotEvents:
     ``GPUModelRunner._update_states`` ran for the step, before the step's inputs are prepared, only when one
     of the three sets is non-empty; listeners run in registration order. A listener that raises stops the
     step: the error is re-raised naming the listener (a slot that was not released would be handed out twice
-    or leak, so it must never be swallowed). ``delivered`` counts the deliveries (tests, a plugin's own
-    check that the hook is live in its process).
+    or leak, so it must never be swallowed).
     """
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
-        self.delivered = 0
 
     def listen(self, listener: Listener) -> Callable[[], None]:
-        if not any(existing is listener for existing in self._listeners):
+        if listener not in self._listeners:  # == : the same bound method twice is one listener
             self._listeners.append(listener)
         return lambda: self.unlisten(listener)
 
     def unlisten(self, listener: Listener) -> None:
-        self._listeners = [existing for existing in self._listeners if existing is not listener]
-
-    @property
-    def listeners(self) -> tuple[Listener, ...]:
-        return tuple(self._listeners)
+        self._listeners = [existing for existing in self._listeners if existing != listener]
 
     def deliver(self, finished, preempted, resumed) -> None:
         events = (frozenset(finished or ()), frozenset(preempted or ()), frozenset(resumed or ()))
-        self.delivered += 1
         for listener in tuple(self._listeners):
             try:
                 listener(*events)

@@ -225,6 +225,28 @@ def test_a_failing_listener_stops_the_step_naming_itself(loader, checkpoints):
         stop()
 
 
+def test_the_registration_point_hears_a_listener_once_until_it_stops():
+    """A plugin's allocator registers a bound method: registering it again (a new bound-method object) is the
+    same listener; the returned function unregisters it."""
+    from vllm_patchkit.adapters import SlotEvents
+
+    class Allocator:
+        def __init__(self):
+            self.heard = []
+
+        def release(self, finished, preempted, resumed):
+            self.heard.append((finished, preempted, resumed))
+
+    events, alloc = SlotEvents(), Allocator()
+    stop = events.listen(alloc.release)
+    events.listen(alloc.release)
+    events.deliver({"a"}, None, ["b"])
+    assert alloc.heard == [(frozenset({"a"}), frozenset(), frozenset({"b"}))]
+    stop()
+    events.deliver({"c"}, (), ())
+    assert len(alloc.heard) == 1
+
+
 def test_needed_without_prefix_caching_skipped_for_llama_and_the_v2_runner(tmp_path, checkpoints,
                                                                            standin_registered, monkeypatch):
     """The slots exist with or without prefix caching, so the patch is needed either way; a Llama gets
