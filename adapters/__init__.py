@@ -3,6 +3,8 @@
 ``REGISTRY`` holds the adapters the hook consults; the DeepSeek-V4 adapter is
 built in. A plugin with its own family (or its own proxy layer name) registers
 an adapter from its general-plugin entry point, before vLLM sizes the KV cache.
+``SLOT_EVENTS`` (slot_events.py) is where its worker-side slot allocator hears
+which requests finished, were preempted or resumed (patch image-slot-events).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .protocol import (
     Sizing,
     StateCopier,
 )
+from .slot_events import SLOT_EVENTS, SlotEvents
 
 REGISTRY = Registry([DeepseekV4Adapter()])
 register = REGISTRY.register
@@ -29,6 +32,7 @@ __all__ = [
     "DEMAND_ENV",
     "INTERVAL_ENV",
     "REGISTRY",
+    "SLOT_EVENTS",
     "ByteImageCopier",
     "CheckpointSpec",
     "DeepseekV4Adapter",
@@ -37,6 +41,7 @@ __all__ = [
     "Registry",
     "Segment",
     "Sizing",
+    "SlotEvents",
     "StateCopier",
     "register",
     "unregister",

@@ -108,6 +108,20 @@ def test_override_applied_and_counted_in_the_worker(standin_model, tmp_path):
         assert (other["state"], other["code"]) == ("skipped", "process")
     assert PATCH in render(run)
 
+    # image-slot-events (the same worker, the same V1 CPUModelRunner): applied, called on every step, and the
+    # stand-in model's listener (patchkit_standin.model: count_slot_events) heard the finished requests
+    # (the last one's finish reaches the runner only with a later step, so at least 2 of the 3).
+    (worker,) = [p for p in run.processes if p["role"] == "worker"]
+    events = next(r for r in worker["patches"] if r["patch"] == "image-slot-events@1")
+    assert (events["state"], events["stage"]) == ("applied", "config"), events
+    assert events["calls"] >= d["steps_seen"] and not [f for f in events["findings"] if f["code"] == "shadowed"]
+    heard = worker["counters"]["patchkit_standin.slot_events"]
+    assert heard["finished"] >= 2 and heard["steps"] == events["detail"]["deliveries"], (heard, events["detail"])
+    assert events["detail"]["finished"] == heard["finished"], (heard, events["detail"])
+    table = render(run)
+    assert "image-slot-events" in table
+    print("\n".join(line for line in table.splitlines() if "image-slot-events" in line))
+
 
 def test_skipped_for_plain_llama_with_the_architecture_as_reason(tiny_model, tmp_path):
     status_dir = tmp_path / "status"

@@ -221,6 +221,14 @@ def test_preempted_requests_resume_from_their_own_images(v4_checkpoint, tmp_path
                                                    sort_keys=True))
     assert counts["preempted"] >= 1 and counts["restores_on_resume"] >= 1, counts
     assert counts["restores_wrong"] == 0 and counts["token_gaps"] == 0, side["wrong"]
+    # The slot allocator heard finish / preempt / resume at the registration point (adapters/slot_events.py).
+    # No vLLM runner runs in this serve (the executor replaces the worker, in EngineCore), so the patch
+    # image-slot-events, a worker patch on GPUModelRunner._update_states, is not for any process here, and the
+    # executor delivered the ids itself (tests/e2e/test_batch_dispatch_e2e.py: the hook in a real worker).
+    assert side["layout"]["slot_events"] == "executor (no model runner)", side["layout"]
+    assert counts["slot_event_steps"] == counts["slot_events_by_executor"] >= counts["preempted"], counts
+    events = _rec(ec, "image-slot-events")
+    assert (events["state"], events["code"]) == ("skipped", "process"), events
 
 
 # -- the native placement, served ---------------------------------------------------------------------------

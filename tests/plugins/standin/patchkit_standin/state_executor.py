@@ -29,7 +29,12 @@ groups and ``BlockPool`` prefix cache, and the image-publish patches on them. Wh
   restored from its image blocks at index ``h / block - 1`` and the digest found there is compared with the
   digest recomputed from the prompt's token ids (``NewRequestData.prompt_token_ids``): ``restores_right`` /
   ``restores_wrong``;
-* **sampling**: a deterministic token from the digest (never a special token), so the API server answers.
+* **sampling**: a deterministic token from the digest (never a special token), so the API server answers;
+* **slots released**: the executor's slot allocator (``on_slot_events``) listens at ``SLOT_EVENTS``
+  (``adapters/slot_events.py``), where the patch ``image-slot-events`` hands a plugin the finished, preempted
+  and resumed ids from vLLM's runner (``GPUModelRunner._update_states``). No vLLM runner runs in this serve
+  (the executor replaces the worker, in EngineCore), so the patch is not applied here and the executor
+  delivers the ids from the ``SchedulerOutput`` itself, through the same point (``_hook_applied``).
 
 Async scheduling: vLLM's CPU platform forces ``scheduler_config.async_scheduling = False`` in the front end
 (``CpuPlatform.check_and_update_config``); with ``PATCHKIT_STANDIN_ASYNC=1`` the executor sets it back in
@@ -61,6 +66,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vllm.v1.executor.abstract import Executor
+from vllm_patchkit.adapters import SLOT_EVENTS
 
 logger = logging.getLogger("vllm.patchkit_standin")
 
@@ -70,6 +76,7 @@ DELAY_ENV = "PATCHKIT_STANDIN_STEP_DELAY_S"
 #: Negative control: "store_behind" stores the slot one block before the running state's block.
 FAULT_ENV = "PATCHKIT_STANDIN_FAULT"
 SIDE_DIR = "standin"
+SLOT_EVENTS_PATCH = "image-slot-events"
 COUNTER_SOURCE = "patchkit_standin.state_executor"  # its counters in the process record
 DIGEST_BYTES = 16
 EMPTY_DIGEST = b"\0" * DIGEST_BYTES
@@ -131,7 +138,7 @@ class StandinWorker:
         self.counts = {"steps": 0, "stores": 0, "stores_at_boundary": 0, "restores_right": 0, "restores_wrong": 0,
                        "restores_on_resume": 0, "restores_missing_block": 0, "slot_overflow": 0,
                        "requests": 0, "prefix_hits": 0, "tokens_sampled": 0, "token_gaps": 0,
-                       "block_copies": 0, "preempted": 0}
+                       "block_copies": 0, "preempted": 0, "slot_event_steps": 0, "slot_events_by_executor": 0}
         self.wrong: list[dict] = []
         self.hits: list[list] = []  # the first 64 prefix hits (resumes too) as [hit, restored right], in order
         self.layout: dict[str, Any] = {}
@@ -140,6 +147,8 @@ class StandinWorker:
         self._published: dict[str, int] = {}  # the counts already given to the record (publish)
         self._publish_lock = threading.Lock()
         self._lock = threading.Lock()
+        self._hooked: Optional[bool] = None  # image-slot-events applied here? (decided at the first step)
+        SLOT_EVENTS.listen(self.on_slot_events)  # the plugin's slot allocator, registered where the hook delivers
 
     # -- start-up: what EngineCore asks the workers ------------------------------------------------
     def get_kv_cache_spec(self):
@@ -296,6 +305,35 @@ class StandinWorker:
         if len(self.wrong) < 20:
             self.wrong.append({"request": rid, "hit": hit, "why": why, "blocks": blocks})
 
+    # -- the slot allocator's events ------------------------------------------------------------------
+    def on_slot_events(self, finished, preempted, resumed) -> None:
+        """A listener of ``SLOT_EVENTS`` (adapters/slot_events.py), as a plugin's slot allocator is: a finished
+        request's slot goes back and the request is forgotten; a preempted one's slot goes back (it resumes
+        later); a resumed one gives back any slot it still holds and is re-seated by ``_begin``."""
+        self.counts["slot_event_steps"] += 1
+        for rid in finished:
+            self._release(rid, forget=True)
+        for rid in preempted:
+            self._release(rid, forget=False)
+            self.counts["preempted"] += 1
+        for rid in resumed:
+            self._release(rid, forget=False)
+
+    def _hook_applied(self) -> bool:
+        """Whether the patch image-slot-events is applied in this process (a vLLM model runner here calls the
+        listeners from its ``_update_states``). In the stand-in's serve it is not: the patch is a worker patch on
+        ``GPUModelRunner._update_states``, and this executor replaces the worker and its runner in EngineCore's
+        process, so no ``_update_states`` runs; the executor then delivers the ids itself, from the
+        ``SchedulerOutput`` vLLM's runner would have received, through the same registration point."""
+        if self._hooked is None:
+            from vllm_patchkit.runtime import state as runtime
+
+            loader = runtime.current()
+            rec = loader.records.get(SLOT_EVENTS_PATCH) if loader is not None else None
+            self._hooked = rec is not None and rec.state == "applied"
+            self.layout["slot_events"] = "image-slot-events hook" if self._hooked else "executor (no model runner)"
+        return self._hooked
+
     # -- steps ---------------------------------------------------------------------------------------
     def execute_model(self, scheduler_output):
         from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
@@ -306,11 +344,13 @@ class StandinWorker:
                 src, dst = int(copy.src_block_id) * self.page, int(copy.dst_block_id) * self.page
                 self.buffer[dst:dst + self.page] = self.buffer[src:src + self.page]
                 self.counts["block_copies"] += 1
-            for rid in so.finished_req_ids:
-                self._release(rid, forget=True)
-            for rid in (so.preempted_req_ids or ()):
-                self._release(rid, forget=False)
-                self.counts["preempted"] += 1
+            if not self._hook_applied():
+                # The runner's place: the step's finished / preempted / resumed ids go through the registration
+                # point, to on_slot_events (see _hook_applied for why the executor delivers them itself).
+                events = (so.finished_req_ids, so.preempted_req_ids or (), so.scheduled_cached_reqs.resumed_req_ids)
+                if any(events):  # as the patch delivers: steps with an event only
+                    self.counts["slot_events_by_executor"] += 1
+                    SLOT_EVENTS.deliver(*events)
             for new in so.scheduled_new_reqs:
                 prompt = list(new.prompt_token_ids or [])
                 r = ReqState(tokens=prompt, prompt_len=len(prompt), block_ids=[list(b) for b in new.block_ids])
