@@ -42,15 +42,19 @@ def errors_of(folder: Path) -> list[str]:
     return [str(e) for e in exc.value.errors]
 
 
-def test_members_get_the_features_upstream_retirement_and_env_vars(tmp_path):
+def test_members_get_the_features_upstream_retirement_and_the_env_vars_they_name(tmp_path):
+    """A member reads the feature's variables it names (`reads_env`), with the feature's one text; a member that
+    names none reads none. Regression: every member was said to read every variable of its feature (a
+    worker-side hook listed the scheduler's placement knobs in its docs and records)."""
     write_feature(tmp_path)
     write_patch(tmp_path, "a", member("a"))
-    write_patch(tmp_path, "b", member("b", reads_env=["PK_TEST_INTERVAL"]))  # named again: not a second declaration
+    write_patch(tmp_path, "b", member("b", reads_env=["PK_TEST_INTERVAL"]))  # named: not a second declaration
     ps = load_patch_set([tmp_path])
     for key in ("a@1", "b@1"):
         p = ps.patches[key]
         assert (p.upstream, p.retire_when.manual, p.feature) == ("none: test feature", "never (test)", "shared-change")
-        assert [(e.name, e.doc) for e in p.env_vars] == [("PK_TEST_INTERVAL", "tokens between things")]
+    assert [(e.name, e.doc) for e in ps.patches["b@1"].env_vars] == [("PK_TEST_INTERVAL", "tokens between things")]
+    assert ps.patches["a@1"].env_vars == []
 
 
 def test_a_feature_may_say_why_for_members_that_do_not(tmp_path):
@@ -119,6 +123,10 @@ def test_this_repositorys_image_publish_patches_are_one_feature_and_the_interval
     for name in ("VLLM_PATCHKIT_IMAGE_INTERVAL_TOKENS", "VLLM_PATCHKIT_IMAGE_DEMAND"):
         texts = {e.doc for p in ps.patches.values() for e in p.env_vars if e.name == name}
         assert len(texts) == 1, name
+    # the placement knobs are read where the book is (the scheduler side), not by the worker-side pieces
+    readers = {p.id for p in ps.patches.values() if "VLLM_PATCHKIT_IMAGE_INTERVAL_TOKENS" in {e.name for e in p.env_vars}}
+    assert {"image-publish", "image-publish-admit", "kv-config-hook"} <= readers
+    assert not {"image-slot-events", "image-kv-zeroing-off", "image-cow-refuse"} & readers
 
 
 def test_an_edited_feature_file_is_read_again_not_served_from_the_cache(tmp_path, monkeypatch):

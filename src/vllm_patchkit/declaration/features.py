@@ -1,8 +1,10 @@
-"""Features: patches that make one change together (the image-publish five, the versions of one hook) declare
+"""Features: patches that make one change together (the image-publish patches, the versions of one hook) declare
 what they share once, in their set's `features/<id>.yaml`: the upstream reference, when the feature retires, the
-environment variables they read (one text each) and, unless a patch says its own, why. Reading a set fills each
-member patch from its feature, so everything downstream sees complete patches; and an environment variable is
-declared once in the whole set (a second declaration, even with the same text, is an error naming both files)."""
+environment variables its patches read (one text each) and, unless a patch says its own, why. Reading a set fills
+each member patch from its feature, so everything downstream sees complete patches; a member lists the variables
+it reads by name (`reads_env`): a feature's variable is not read by every member (a worker-side hook reads none of
+the scheduler's knobs). An environment variable is declared once in the whole set (a second declaration, even
+with the same text, is an error naming both files)."""
 
 from __future__ import annotations
 
@@ -65,7 +67,6 @@ def complete(patch: Patch, file: str, features: dict[str, tuple[Feature, str]], 
              errors: list) -> Optional[Patch]:
     """The patch with its feature's shared fields and its named env vars filled in (None: errors appended)."""
     update: dict = {}
-    shared: list[EnvVar] = []
     if patch.feature is not None:
         found = features.get(patch.feature)
         if found is None:
@@ -78,9 +79,8 @@ def complete(patch: Patch, file: str, features: dict[str, tuple[Feature, str]], 
             errors.append(DeclarationError(file, "why", f"missing: neither the patch nor its feature {feature.id!r} "
                                                         "says why"))
             return None
-        shared = list(feature.env_vars)
     resolved: list[EnvVar] = list(patch.env_vars)
-    names = {v.name for v in resolved} | {v.name for v in shared}
+    names = {v.name for v in resolved}
     for i, name in enumerate(patch.reads_env):
         decl = env.declared.get(name)
         if decl is None:
@@ -90,7 +90,7 @@ def complete(patch: Patch, file: str, features: dict[str, tuple[Feature, str]], 
         if name not in names:
             resolved.append(decl[0])
             names.add(name)
-    update["env_vars"] = shared + resolved
+    update["env_vars"] = resolved
     return patch.model_copy(update=update)
 
 
