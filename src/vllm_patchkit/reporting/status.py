@@ -57,7 +57,9 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
         steps = proc.get("steps")
         if steps is None:
             steps = run_steps
-        label = f"{proc['role']} {proc['pid']}" + (f"\n{steps} steps" if proc.get("steps") is not None else "")
+        hosts = proc.get("hosts")
+        hosted = ("+" + "+".join(h for h in hosts if isinstance(h, str))) if isinstance(hosts, list) and hosts else ""
+        label = f"{proc['role']}{hosted} {proc['pid']}" + (f"\n{steps} steps" if proc.get("steps") is not None else "")
         for rec in proc.get("patches", []):
             if not show_skipped and rec.get("state") == "skipped" and rec.get("code") == "process":
                 continue

@@ -103,7 +103,7 @@ class Decisions:
     def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]) -> Outcome:
         """Is it needed here (process, preconditions)? Then: can it be applied (requires, manifest, verify)?"""
         rec = self.records[patch.id]
-        if self.role not in [p.value for p in patch.processes]:
+        if not any(self.hosts(p.value) for p in patch.processes):
             rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], self.role)
             return SETTLED
         kind = kind_of(patch)  # imported for a patch this process may need, not for every patch of the set

@@ -27,6 +27,7 @@ from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.availability import Unavailable, unavailable
 from vllm_patchkit.runtime.decide import Decisions, Deferred, NeededButUnavailable
+from vllm_patchkit.runtime.hosting import Hosting
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
@@ -46,7 +47,7 @@ def installed_vllm_version() -> str:
     return str(vllm.__version__)
 
 
-class Loader(Decisions, Waiting, StaleWatch, Standing):
+class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
     """Holds one process's plan, the applied patches, and their records."""
 
     def __init__(
@@ -65,6 +66,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
     ):
         self.patch_set = patch_set
         self.role = role
+        self.hosted: set[str] = set()  # other roles whose code runs in this process too (hosting.py)
         self.vllm_version = vllm_version or installed_vllm_version()
         self.facts = Facts(self.vllm_version, platform if platform is not None else current_platform_name(), role)
         self.status_dir = status_dir
@@ -321,7 +323,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
     def sync_calls(self) -> int:
         """Copy live counters into the records; returns the total calls and counts (a cheap change detector)."""
         total = 0
-        steps = None
+        steps_by_role: dict[tuple, int] = {}  # a process hosting roles (hosting.py) counts each step once per role
         for pid, applied in self.applied.items():
             calls = applied.counter.calls
             self.records[pid].calls = calls
@@ -329,10 +331,12 @@ class Loader(Decisions, Waiting, StaleWatch, Standing):
                 self.records[pid].detail["objects"] = (len(applied.instances) if applied.instances != () else
                                                        "not tracked (the class takes no weak references)")
             total += calls
-            if applied.patch.counts_steps:
-                steps = (steps or 0) + calls
+            if applied.patch.counts_steps:  # alternatives of one role (step, step_with_batch_queue) add up
+                role = tuple(p.value for p in applied.patch.processes)
+                steps_by_role[role] = steps_by_role.get(role, 0) + calls
             if applied.ctx is not None:  # the implementation's own counters (PatchContext.count)
                 applied.ctx.publish(self.records[pid].detail)
+        steps = max(steps_by_role.values()) if steps_by_role else None
         self.process.steps = steps
         self._report_not_built(steps)
         if self is runtime.current():  # the process's loader: the plugin components' counters are this process's

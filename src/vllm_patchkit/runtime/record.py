@@ -106,6 +106,7 @@ class ProcessRecord:
     schema_version: int = SCHEMA_VERSION
     run_id: str
     role: str
+    hosts: list[str] = field(default_factory=list)  # other roles whose code ran in this process too (hosting.py)
     pid: int
     ppid: int
     vllm_version: str

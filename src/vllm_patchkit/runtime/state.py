@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -22,13 +22,19 @@ def current():
     return _loader
 
 
-def config_ready(vllm_config: Any) -> None:
-    """Run the config stage once per process, with the first full VllmConfig it sees."""
+def config_ready(vllm_config: Any, role: Optional[str] = None) -> None:
+    """Run the config stage once per process, with the first full VllmConfig it sees; at another role's
+    config-ready point (`role`: its code runs in this process too), that role's patches (hosting.py)."""
     global _config_done
-    if _loader is None or _config_done:
+    if _loader is None:
         return
     mc = getattr(vllm_config, "model_config", None)
     if mc is None or getattr(mc, "is_submodel_config", False):
+        return
+    if role is not None and role != _loader.role:
+        _loader.host(role, vllm_config)
+        return
+    if _config_done:
         return
     _config_done = True
     _loader.run_config_stage(vllm_config)

@@ -1,0 +1,51 @@
+"""A process that runs another role's code too: EngineCore inside the front end (VLLM_ENABLE_V1_MULTIPROCESSING=0),
+a worker inside EngineCore (the `uni` executor, vLLM's default on one GPU) or inside that front end.
+
+vLLM loads the plugins once per process, so the role found then (`process.detect_role`) is the first one only.
+Each role's config-ready point (hooks/config_ready.py) is installed in every process that can host that role and
+says when its code starts here; its patches are then planned, judged and applied here with that config, both
+stages, as in a process of their own. Skipping them as "not for this process" would leave a required fix absent
+(a worker's patch in a one-GPU EngineCore) while the status read OK.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from vllm_patchkit.declaration.preconditions import config_facts
+from vllm_patchkit.runtime.record import PENDING, SKIPPED
+from vllm_patchkit.runtime.shadow import classes_in_use
+
+log = logging.getLogger("vllm.patchkit")
+
+
+class Hosting:
+    """The Loader's part for roles this process hosts besides its own (`hosted`)."""
+
+    def hosts(self, role: str) -> bool:
+        return role == self.role or role in self.hosted
+
+    def host(self, role: str, vllm_config: Any) -> None:
+        """`role`'s code starts in this process (its config-ready point ran here): its patches, until now skipped
+        as not for this process, are judged and applied here; the record says which roles the process hosts."""
+        if self.hosts(role):
+            return
+        self.hosted.add(role)
+        self.process.hosts = sorted(self.hosted)
+        reopened = []
+        for patch, _, _ in self.plan:
+            rec = self.records[patch.id]
+            if rec.state == SKIPPED and rec.code == "process" and role in {p.value for p in patch.processes}:
+                rec.set(PENDING, reason="")
+                reopened.append(patch.key)
+        log.info("vllm-patchkit: %s (pid %d) also runs %s's code here: %d patch(es) judged for it: %s", self.role,
+                 os.getpid(), role, len(reopened), ", ".join(reopened) or "none")
+        self.process.notes.append(f"hosts {role} (its config-ready point ran in this process): "
+                                  f"{len(reopened)} patch(es) for it judged here")
+        self._run_stage("import", None)
+        cfg = config_facts(vllm_config)
+        cfg["classes"] = classes_in_use(vllm_config, role, cfg.get("runner"))
+        self._run_stage("config", cfg)
+        self.flush()
