@@ -9,11 +9,9 @@ cannot run on this CPU (see test_batch_dispatch_e2e.py)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

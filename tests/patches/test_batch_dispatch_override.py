@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 
 import numpy as np
 import pytest
+
+from tests.patches.process_groups import single_rank
 
 from tests.conftest import process_loader
 
@@ -88,24 +89,8 @@ def configs(tmp_path_factory, standin):
 @pytest.fixture(scope="module")
 def distributed(configs):
     """vLLM's process groups for one rank (gloo): a runner with a speculative config asks for the PP group."""
-    import torch.distributed as dist
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
-                                  ensure_model_parallel_initialized, init_distributed_environment)
-
-    if dist.is_initialized():
+    with single_rank(configs["v4_spec"]):
         yield
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with set_current_vllm_config(configs["v4_spec"]):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-        ensure_model_parallel_initialized(1, 1)
-    yield
-    destroy_model_parallel()
-    destroy_distributed_environment()
 
 
 def gpu_like_dispatcher(runner):

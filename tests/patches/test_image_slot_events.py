@@ -23,6 +23,8 @@ import ast
 
 import pytest
 
+from tests.patches.process_groups import single_rank
+
 from tests.conftest import process_loader
 from vllm_patchkit.adapters import SLOT_EVENTS
 from vllm_patchkit.runtime import state as runtime
@@ -59,26 +61,8 @@ def make_config(model_dir, *, blocks=10, prefix_caching=True):
 def distributed(checkpoints):
     """vLLM's process groups for one rank (gloo), as a worker has them: `_update_states` asks the PP group
     whether this is the last rank."""
-    import socket
-
-    import torch.distributed as dist
-    from vllm.config import set_current_vllm_config
-    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
-                                  ensure_model_parallel_initialized, init_distributed_environment)
-
-    if dist.is_initialized():
+    with single_rank(make_config(checkpoints["llama"])):
         yield
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with set_current_vllm_config(make_config(checkpoints["llama"])):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-        ensure_model_parallel_initialized(1, 1)
-    yield
-    destroy_model_parallel()
-    destroy_distributed_environment()
 
 
 @pytest.fixture
