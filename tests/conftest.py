@@ -8,6 +8,7 @@ environment and turn it on there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -95,6 +96,21 @@ def process_loader(role, cfg=None, **kw):
     if cfg is not None:
         loader.run_config_stage(cfg)
     return loader
+
+
+@contextlib.contextmanager
+def applied_in(role, cfg, patch_id, status_dir):
+    """`process_loader` for a test of one patch: its record must say applied; unpatched and reset afterwards."""
+    from vllm_patchkit.runtime import state as runtime
+
+    loader = process_loader(role, cfg, status_dir=status_dir)
+    rec = loader.records[patch_id]
+    assert rec.state == "applied", (rec.code, rec.reason)
+    try:
+        yield loader
+    finally:
+        loader.unpatch()
+        runtime.reset()
 
 
 # Property tests (hypothesis): the same cases on every run unless asked to explore. A suite that fails by

@@ -35,7 +35,7 @@ import pytest
 
 from tests.patches.process_groups import single_rank
 
-from tests.conftest import process_loader
+from tests.conftest import applied_in, process_loader
 
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
@@ -164,12 +164,8 @@ def _worker_loader(tmp_path, cfg):
 @pytest.fixture
 def loader(tmp_path, configs):
     """The shipped patch set in a worker, config stage judged on the stand-in V4's VllmConfig."""
-    ldr = _worker_loader(tmp_path, configs["v4"])
-    rec = ldr.records[PATCH_ID]
-    assert rec.state == "applied", (rec.code, rec.reason)
-    yield ldr
-    ldr.unpatch()
-    runtime.reset()
+    with applied_in("worker", configs["v4"], PATCH_ID, tmp_path / "status") as ldr:
+        yield ldr
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 
 from tests.patches.process_groups import single_rank
 
-from tests.conftest import process_loader
+from tests.conftest import applied_in, process_loader
 from vllm_patchkit.adapters import SLOT_EVENTS
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
@@ -67,12 +67,8 @@ def distributed(checkpoints):
 
 @pytest.fixture
 def loader(tmp_path, checkpoints, standin_registered, distributed):
-    ldr = process_loader("worker", make_config(checkpoints["v4"]), status_dir=tmp_path / "status")
-    rec = ldr.records[PATCH_ID]
-    assert rec.state == "applied", (rec.code, rec.reason)
-    yield ldr
-    ldr.unpatch()
-    runtime.reset()
+    with applied_in("worker", make_config(checkpoints["v4"]), PATCH_ID, tmp_path / "status") as ldr:
+        yield ldr
 
 
 @pytest.fixture
