@@ -15,14 +15,48 @@ import os
 from typing import Any
 
 from vllm_patchkit.declaration.preconditions import config_facts
-from vllm_patchkit.runtime.record import PENDING, SKIPPED
+from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING, SKIPPED
 from vllm_patchkit.runtime.shadow import classes_in_use
 
 log = logging.getLogger("vllm.patchkit")
 
+#: the optional core hook that marks each hostable role's start in a process of another role
+HOOKS = {"engine_core": "core.hosted.engine-core", "worker": "core.hosted.worker"}
+
+
+def expected_hosts(role: str, vllm_config: Any) -> dict[str, str]:
+    """The roles a process of `role` will host by vLLM's own configuration, with why: the front end runs EngineCore
+    in-process without multiprocessing; EngineCore builds the worker in-process with the uni executor (or under an
+    external launcher)."""
+    out = {}
+    if role == "frontend" and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+        out["engine_core"] = "VLLM_ENABLE_V1_MULTIPROCESSING=0"
+    backend = getattr(getattr(vllm_config, "parallel_config", None), "distributed_executor_backend", None)
+    if role == "engine_core" and backend in ("uni", "external_launcher"):
+        out["worker"] = f"distributed_executor_backend={backend}"
+    return out
+
 
 class Hosting:
     """The Loader's part for roles this process hosts besides its own (`hosted`)."""
+
+    def check_hosting(self, as_role: str, vllm_config: Any) -> None:
+        """The hooks are optional (a process that hosts nothing may never import their modules), so a hook that
+        could not be installed where vLLM's configuration says the role's code will run (a pin broken on a new
+        release) is a failure of a required patch: else that role's patches would read "not for this process"
+        and the status OK."""
+        for role, why in expected_hosts(as_role, vllm_config).items():
+            rec = self.records.get(HOOKS[role])
+            if rec is None or rec.state in (APPLIED, NOT_IMPORTED, PENDING):
+                continue  # not in these sets (narrowed by hand), or in place or waiting for its module
+            reason = (f"this process will run {role}'s code too ({why}) and its hook is {rec.state.value}"
+                      f" ({rec.reason or rec.code}): {role}'s patches would not be judged here")
+            if rec.state != FAILED:
+                rec.set(FAILED, "hosting", reason, "applied", rec.state.value)
+            else:
+                rec.reason = reason
+            rec.required = True
+            self._fail_closed()
 
     def hosts(self, role: str) -> bool:
         return role == self.role or role in self.hosted
@@ -48,4 +82,5 @@ class Hosting:
         cfg = config_facts(vllm_config)
         cfg["classes"] = classes_in_use(vllm_config, role, cfg.get("runner"))
         self._run_stage("config", cfg)
+        self.check_hosting(role, vllm_config)
         self.flush()

@@ -219,6 +219,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         self.vllm_config = vllm_config
         self._preflight(cfg)
         self._run_stage("config", cfg)
+        self.check_hosting(self.role, vllm_config)
         if any(kind_of(a.patch).selects_class for a in self.applied.values()):
             cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))  # the subclass now selected
         if os.environ.get("VLLM_PATCHKIT_SHADOW_CHECK", "1") != "0":
