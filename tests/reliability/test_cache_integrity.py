@@ -185,6 +185,24 @@ def test_an_entry_with_a_recomputed_digest_but_a_wrong_type_is_refused(tmp_path,
     assert "does not fit the schema" in note and "'no' is not bool" in note
 
 
+def test_a_malformed_vetted_part_with_a_recomputed_digest_is_refused(tmp_path, cache_dir, victim, monkeypatch):
+    """What the entry's writer checked (sets_cache.Vetted) is read as defensively as the sets: a `modules` that is
+    no list is refused and the set rebuilt; a `no_contradictions` that is not `true` leaves the check to run."""
+    extra_set(tmp_path, monkeypatch, victim)
+    with pytest.raises(RequiredPatchFailed):
+        start(tmp_path)
+    entry = the_entry(cache_dir)
+    body = json.loads(entry.read_bytes().partition(b"\n")[2])
+    assert body["content"]["vetted"]["no_contradictions"] is True and victim in body["content"]["vetted"]["modules"]
+    body["content"]["vetted"] = {"no_contradictions": "yes", "modules": 5}
+    assert cache.write(entry.name, body)  # framed with a correct digest
+    new_process(monkeypatch)
+    with pytest.raises(RequiredPatchFailed):
+        start(tmp_path)
+    note = next(n for n in cache._sink.notes if n.startswith("cache: rebuilt"))
+    assert "does not fit the schema" in note
+
+
 def test_an_unchanged_entry_is_used_and_the_record_says_so(tmp_path, cache_dir, victim, monkeypatch):
     extra_set(tmp_path, monkeypatch, victim, required=False)
     first = start(tmp_path)
