@@ -2,9 +2,11 @@
 a worker inside EngineCore (the `uni` executor, vLLM's default on one GPU) or inside that front end.
 
 vLLM loads the plugins once per process, so the role found then (`process.detect_role`) is the first one only.
-Each role's config-ready point (hooks/config_ready.py) is installed in every process that can host that role and
-says when its code starts here; its patches are then planned, judged and applied here with that config, both
-stages, as in a process of their own. Skipping them as "not for this process" would leave a required fix absent
+The optional core hooks `core.hosted.engine-core` and `core.hosted.worker` (hooks/hosted_*.yaml, the same
+functions as the config-ready points) are installed in the processes that can host those roles and say when the
+role's code starts here; its patches are then planned, judged and applied here with that config, both stages, as
+in a process of their own; where vLLM's configuration says a role will run here, its hook must be in place
+(`check_hosting`). Skipping them as "not for this process" would leave a required fix absent
 (a worker's patch in a one-GPU EngineCore) while the status read OK.
 """
 
