@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Optional
@@ -26,8 +26,7 @@ EXTRA_ENV = "VLLM_PATCHKIT_EXTRA_PATCHES"
 CORE = "core"
 
 
-@dataclass(frozen=True)
-class PatchSetSource:
+class PatchSetSource(Struct, frozen=True):
     """One patch set: a name, a folder of patch YAML (+ modules), its manifests."""
 
     name: str
@@ -36,7 +35,7 @@ class PatchSetSource:
     origin: str = ""  # where it was declared (entry point, environment variable)
     # files the set's declaration depends on besides its folders: the entry point's module (and its packages'
     # __init__) and its distribution's entry_points.txt, METADATA and RECORD (the start-up cache's inputs)
-    inputs: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    inputs: tuple[str, ...] = ()
 
 
 def core_set() -> PatchSetSource:
@@ -132,8 +131,7 @@ def discover(names: Optional[Iterable[str]] = None, *, with_env: bool = True) ->
     return check_sources(sources)
 
 
-@dataclass
-class PatchSet:
+class PatchSet(Struct):
     """What the sets hold once read: all patch versions, by key id@version, with the file and set each came from."""
 
     patches: dict[str, Patch] = field(default_factory=dict)

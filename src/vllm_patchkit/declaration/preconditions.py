@@ -10,7 +10,7 @@ and actual, so the record can say exactly why a patch was skipped.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Any, Mapping, NamedTuple, Optional
 
 from packaging.version import Version
@@ -29,8 +29,7 @@ class Unmet(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper 
         return f"{self.field}: expected {self.expected}, actual {self.actual}"
 
 
-@dataclass
-class Facts:
+class Facts(Struct):
     vllm_version: str
     platform: Optional[str]
     role: str

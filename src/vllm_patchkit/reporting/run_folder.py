@@ -168,7 +168,7 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
                 try:
                     run.processes.append(ProcessRecord.from_json(data).to_json())
                     continue
-                except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                except ValueError as exc:  # msgspec's ValidationError is a ValueError
                     why = f"not a valid record: {str(exc).splitlines()[0]}"
             run.refused.append(f"record {folder / name} refused: {why}")
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.kinds import traits
@@ -20,8 +20,7 @@ log = logging.getLogger("vllm.patchkit")
 SET_BY: dict[tuple[int, str], str] = {}
 
 
-@dataclass
-class Applied:
+class Applied(Struct):
     """What was changed, so unpatch() can put back the exact original objects."""
 
     patch: Patch

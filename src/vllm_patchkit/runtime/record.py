@@ -8,13 +8,13 @@ environment, so records of an older run never mix with a newer one.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+import msgspec
+from msgspec import Struct, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -60,19 +60,18 @@ def jsonable(value: Any) -> Any:
         return {k if isinstance(k, str) else str(jsonable(k)): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [jsonable(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Struct):
+        return {name: jsonable(getattr(value, name)) for name in value.__struct_fields__}
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return jsonable(dump(mode="json"))
     return str(value)
 
 
-# Records are plain dataclasses, mutated in place by the loader (a counter copy is the hot path) and written as
-# JSON: nothing of pydantic on the start-up path. They are validated when read back (`ProcessRecord.from_json`,
-# pydantic's TypeAdapter over these same classes, built on the first read).
-@dataclass(kw_only=True)
-class PatchRecord:
+# Records are msgspec Structs (a class costs ~0.02 ms to make, a dataclass 0.4-0.8 ms: start-up makes a dozen),
+# mutated in place by the loader (a counter copy is the hot path) and written as JSON: nothing of pydantic on the
+# start-up path. They are validated when read back (`ProcessRecord.from_json`, msgspec's typed conversion).
+class PatchRecord(Struct, kw_only=True):
     """What happened to one patch in one process, with the evidence."""
 
     patch: str  # id@version
@@ -99,8 +98,7 @@ class PatchRecord:
         return self
 
 
-@dataclass(kw_only=True)
-class ProcessRecord:
+class ProcessRecord(Struct, kw_only=True):
     """One process's records; one JSON file per process (see module docstring)."""
 
     schema_version: int = SCHEMA_VERSION
@@ -143,17 +141,9 @@ class ProcessRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> "ProcessRecord":
-        """Read a record file's content back (raises pydantic.ValidationError on a malformed one; unknown keys
-        are ignored, so a newer writer's additions do not stop an older reader)."""
-        global _READER
-        if _READER is None:
-            from pydantic import TypeAdapter
-
-            _READER = TypeAdapter(cls)
-        return _READER.validate_python(data)
-
-
-_READER: Any = None
+        """Read a record file's content back (raises msgspec.ValidationError, a ValueError, on a malformed one;
+        unknown keys are ignored, so a newer writer's additions do not stop an older reader)."""
+        return msgspec.convert(data, cls)
 
 
 def default_status_dir() -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from typing import Any, Optional
 
 from vllm_patchkit.upstream import convention
@@ -26,8 +26,7 @@ from vllm_patchkit.upstream.pinned import compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
 
 
-@dataclass
-class Verified:
+class Verified(Struct):
     place: Optional[Place] = None
     copies: list[Place] = field(default_factory=list)
     impl: Any = None

@@ -8,7 +8,7 @@ these; rendering them is somebody else's job (griffe's `Breakage` habit).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 from enum import Enum
 from typing import Any, NamedTuple, Optional
 
@@ -171,8 +171,7 @@ class Breakage(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheap
         return d
 
 
-@dataclass
-class Finding:
+class Finding(Struct):
     """One thing found about a patch: why it cannot apply (verify), a call convention it breaks, a copy that
     bypasses it, a place where it no longer stands. Goes into the patch's record as `as_record()`."""
 

@@ -3,12 +3,11 @@ signature comparison (sigdiff), so both say the same thing about an absent place
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 from typing import Optional
 
 
-@dataclass(frozen=True)
-class Missing:
+class Missing(Struct, frozen=True):
     """A target that is not there: why, and where a definition of the same name now lives."""
 
     spec: str

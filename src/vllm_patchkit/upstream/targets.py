@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
+from msgspec import Struct
 from typing import Any, Optional
 
 MISSING = object()
@@ -19,8 +19,7 @@ class TargetError(LookupError):
     """The target cannot be reached: module not importable, attribute gone, or inherited."""
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(Struct, frozen=True):
     """Where an object lives: an owner (module or class) and an attribute name."""
 
     spec: str
@@ -44,8 +43,7 @@ class Place:
         setattr(self.owner, self.attr, value)
 
 
-@dataclass(frozen=True)
-class InheritedPlace(Place):
+class InheritedPlace(Place, frozen=True):
     """A method a class has only through a base (`instances: true` patches objects, whose attribute lookup
     goes through the MRO): read where the MRO finds it, never written here."""
 
