@@ -113,3 +113,13 @@ def test_role_detection_relies_only_on_pinned_callers():
     for version, m in manifests.items():
         pinned = {spec for e in m.patches for spec in e.targets}
         assert used <= pinned, (version, used - pinned)
+
+
+def test_every_framework_knob_is_a_valid_env_var_declaration():
+    """The knobs are plain tuples (no pydantic validator built at start-up): each must still be what the schema's
+    `EnvVar` accepts (a VLLM_* name of the declared pattern, a text), and none is declared twice."""
+    from vllm_patchkit.declaration.knobs import KNOBS
+    from vllm_patchkit.declaration.schema import EnvVar
+
+    names = [EnvVar(**k._asdict()).name for k in KNOBS]
+    assert len(names) == len(set(names)) and all(n.startswith("VLLM_PATCHKIT_") for n in names)

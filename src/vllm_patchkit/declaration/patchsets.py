@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
-from msgspec import Struct, field
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Optional
+
+from msgspec import Struct, field
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.schema import Patch

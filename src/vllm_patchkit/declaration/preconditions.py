@@ -10,9 +10,9 @@ and actual, so the record can say exactly why a patch was skipped.
 from __future__ import annotations
 
 import os
-from msgspec import Struct, field
 from typing import Any, Mapping, NamedTuple, Optional
 
+from msgspec import Struct, field
 from packaging.version import Version
 
 from vllm_patchkit.declaration.schema import When

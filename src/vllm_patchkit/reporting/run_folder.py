@@ -14,9 +14,10 @@ import json
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from msgspec import Struct, field
 
 from vllm_patchkit.upstream.files import trusted_folder, uid
 from vllm_patchkit.runtime.record import SCHEMA_VERSION, ProcessRecord
@@ -24,8 +25,7 @@ from vllm_patchkit.runtime.record import SCHEMA_VERSION, ProcessRecord
 log = logging.getLogger("vllm.patchkit")
 
 
-@dataclass
-class Run:
+class Run(Struct):
     run_id: str
     processes: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from msgspec import Struct, field
 from typing import Any, Callable, Optional
+
+from msgspec import Struct, field
 
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch

@@ -27,6 +27,10 @@ _DATACLASS_METHODS = frozenset({"__init__", "__repr__", "__eq__", "__lt__", "__l
                                 "__hash__", "__setattr__", "__delattr__", "__getstate__", "__setstate__"})
 
 
+#: a decorator line, or the `def` (async or not) whose name is group 1
+_DEF_LINE = r"\s*(?:@|(?:async\s+)?def\s+(\w+))"
+
+
 def replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
     """Where the function at the target was really defined, when that is not the target itself.
 
@@ -51,7 +55,8 @@ def replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
         return f"{func.__module__}:{func.__qualname__} (code in {code.co_filename}, not in {file})"
     if func.__name__ != "<lambda>":
         line = linecache.getline(file, code.co_firstlineno)
-        if not re.match(rf"\s*(@|(async\s+)?def\s+{re.escape(func.__name__)}\b)", line):
+        found = re.match(_DEF_LINE, line)  # one pattern for every name: compiled once per process
+        if found is None or found.group(1) not in (None, func.__name__):
             return (f"{func.__module__}:{func.__qualname__} (code at {code.co_filename}:{code.co_firstlineno}, "
                     f"which is not the def of {func.__name__})")
     return None

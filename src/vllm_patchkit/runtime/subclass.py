@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+from msgspec import Struct
 
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
@@ -183,8 +184,7 @@ def _undeclared(patch: Patch, own: list[type], base: type, pinned: dict[str, lis
 
 
 # -- the field ----------------------------------------------------------------------------------
-@dataclass
-class Selection:
+class Selection(Struct):
     """The field on this process's VllmConfig, what it held and what will be set."""
 
     owner: Any
@@ -262,7 +262,6 @@ def select(patch: Patch, vllm_config: Any, impl: type, base: type):
 
 
 # -- apply --------------------------------------------------------------------------------------
-@dataclass
 class SubclassApplied(Applied):
     """Undo puts back the subclass's own `__init__` (Applied.places) and the field's previous value."""
 

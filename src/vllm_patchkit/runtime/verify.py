@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 import types
-from msgspec import Struct, field
 from typing import Any, Optional
+
+from msgspec import Struct, field
 
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp

@@ -8,9 +8,10 @@ these; rendering them is somebody else's job (griffe's `Breakage` habit).
 
 from __future__ import annotations
 
-from msgspec import Struct, field
 from enum import Enum
 from typing import Any, NamedTuple, Optional
+
+from msgspec import Struct, field
 
 
 # -- findings -----------------------------------------------------------------------------------

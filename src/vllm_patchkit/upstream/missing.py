@@ -3,8 +3,9 @@ signature comparison (sigdiff), so both say the same thing about an absent place
 
 from __future__ import annotations
 
-from msgspec import Struct
 from typing import Optional
+
+from msgspec import Struct
 
 
 class Missing(Struct, frozen=True):

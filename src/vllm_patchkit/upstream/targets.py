@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import sys
-from msgspec import Struct
 from typing import Any, Optional
+
+from msgspec import Struct
 
 MISSING = object()
 
