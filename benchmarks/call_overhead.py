@@ -61,6 +61,7 @@ from vllm_patchkit.runtime.wrappers import MARK  # noqa: E402
 from vllm_patchkit.runtime.context import PatchContext  # noqa: E402
 from vllm_patchkit.declaration.schema import Patch  # noqa: E402
 from vllm_patchkit.upstream.targets import function_of, resolve  # noqa: E402
+from vllm_patchkit.declaration.validation import validate
 
 TARGET = 1.10
 MODULE = "vllm_patchkit_bench_target"
@@ -152,7 +153,7 @@ def bench_patch(spec: str, *, count: bool = True, impl_spec: str | None = None) 
                kind="wrap", target=spec, processes=["frontend"], required=False, count_calls=count)
     if impl_spec:
         doc["implementation"] = impl_spec
-    return Patch.model_validate(doc)
+    return validate(Patch, doc)
 
 
 def pk_install(spec: str, *, count: bool, impl_spec: str | None) -> apply.Applied:

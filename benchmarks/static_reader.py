@@ -39,6 +39,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+import msgspec
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
 from typing import Any, Optional
 
 _MB = 1024  # ru_maxrss is in KiB on Linux
@@ -66,7 +68,7 @@ def _dump(f: Any) -> Any:
     if isinstance(f, Missing):
         return {"missing": True, "moved_to": list(f.moved_to), "unreadable": f.unreadable,
                 "inherited_from": f.inherited_from, "reason": f.reason}
-    return f.model_dump(exclude_none=True, exclude_defaults=True)
+    return dump_fingerprint(f)
 
 
 # -- static.py ----------------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class GriffeReader:
                 elif how[0] == "replace":
                     bottom, bottom_name, layers = how[2], how[1], []
         f = fp.from_def(bottom, kind, with_digest)
-        return f.model_copy(update={"wrappers": layers}) if layers else f
+        return msgspec.structs.replace(f, wrappers=layers) if layers else f
 
     def _decorator(self, dec: Any, sets_wrapped, returned_nested_def) -> tuple:
         from vllm_patchkit.upstream.static_decorators import KNOWN_DECORATORS, NOT_WRAPPING, OBJECT_LAYERS

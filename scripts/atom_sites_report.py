@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from vllm_patchkit.declaration.validation import validate
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "atom_patch_sites.yaml"
@@ -159,7 +160,7 @@ def evaluate(sites: list[dict], release=None) -> list[dict]:
             continue
         members = [i] + members_of.get(i, [])
         try:
-            patch = Patch.model_validate(_doc(f"atom-site-{i:03d}", e, [sites[j]["target"] for j in members[1:]]))
+            patch = validate(Patch, _doc(f"atom-site-{i:03d}", e, [sites[j]["target"] for j in members[1:]]))
         except Exception as exc:  # a validation error is the finding
             for j in members:
                 results[j]["declared"], results[j]["why"] = False, f"schema: {exc}"

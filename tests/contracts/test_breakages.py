@@ -241,7 +241,7 @@ def test_every_kind_has_a_case():
     assert covered == set(K)
 
 
-@pytest.mark.skipif("uses" not in __import__("vllm_patchkit.declaration.schema", fromlist=["Patch"]).Patch.model_fields,
+@pytest.mark.skipif("uses" not in __import__("vllm_patchkit.declaration.schema", fromlist=["Patch"]).Patch.__struct_fields__,
                     reason="the patch schema has no `uses` field")
 def test_a_used_callable_is_checked_like_a_target_not_like_a_copy(scenario):
     """`uses`: upstream functions the implementation calls (the KV hook calls vLLM's auto-fit)."""

@@ -9,6 +9,8 @@ Real signatures: vLLM 0.31.0's pins against 0.32.0 and 0.33.0 read from their wh
 from __future__ import annotations
 
 import pytest
+import msgspec
+
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
 from vllm_patchkit.upstream.compat import judge
@@ -51,7 +53,7 @@ def test_dispatch_override_survives_a_new_default(seed):
 def test_the_same_change_breaks_a_patch_that_reads_the_parameter(seed):
     ps, pins = seed
     patch = ps.patches["batch-dispatch-override@1"]
-    reads_it = patch.model_copy(update={"params": [*patch.params, "use_cascade_attn"]})
+    reads_it = msgspec.structs.replace(patch, params=[*patch.params, "use_cascade_attn"])
     _, found = examine(_release("0.32.0"), reads_it, dict(_entry(pins["0.31.0"], "batch-dispatch-override").targets))
     assert [(b.kind, b.breaking) for b in found] == [(K.parameter_now_optional, True)]
     assert "'use_cascade_attn'" in found[0].compat
@@ -59,8 +61,8 @@ def test_the_same_change_breaks_a_patch_that_reads_the_parameter(seed):
 
 def test_a_replace_does_not_survive_it(seed):
     ps, _ = seed
-    patch = ps.patches["batch-dispatch-override@1"].model_copy(
-        update={"kind": Kind.replace, "params": [], "implementation": "x.y:z"})
+    patch = msgspec.structs.replace(ps.patches["batch-dispatch-override@1"], kind=Kind.replace, params=[],
+                                    implementation="x.y:z")
     b = Breakage(K.parameter_now_optional, patch.key, DISPATCH, parameter="use_cascade_attn", new="False")
     assert judge(patch, b).breaking is True
 
@@ -98,7 +100,7 @@ def test_check_reports_compatible_drift_as_carry_with_exit_zero(seed):
     report = check(_release("0.32.0"), only, {"0.31.0": pins["0.31.0"]})
     assert [r.status for r in report.results] == ["compatible"] and report.exit_code() == 0
     # the same drift against the release's own (stale) manifest fails: the loader compares pins exactly
-    stale = pins["0.31.0"].model_copy(update={"vllm": "0.32.0"})
+    stale = msgspec.structs.replace(pins["0.31.0"], vllm="0.32.0")
     report = check(_release("0.32.0"), only, {"0.32.0": stale})
     assert [r.status for r in report.results] == ["stale"] and report.exit_code() == 1
 
@@ -114,10 +116,10 @@ def test_a_proxy_replace_is_judged_by_its_own_signature(seed, tmp_path, monkeypa
     ps, _ = seed
     base = ps.patches["batch-dispatch-override@1"]
     b = Breakage(K.optional_parameter_added, base.key, DISPATCH, parameter="use_cascade_attn", new="keyword-only")
-    proxy = base.model_copy(update={"kind": Kind.replace, "params": [], "implementation": "proxy_impl:proxy"})
+    proxy = msgspec.structs.replace(base, kind=Kind.replace, params=[], implementation="proxy_impl:proxy")
     j = judge(proxy, b)
     assert j.breaking is False and "takes **kwargs" in j.compat and "proxy_impl:proxy(self, batch, **kwargs)" in j.compat
-    strict = base.model_copy(update={"kind": Kind.replace, "params": [], "implementation": "proxy_impl:strict"})
+    strict = msgspec.structs.replace(base, kind=Kind.replace, params=[], implementation="proxy_impl:strict")
     assert judge(strict, b).breaking is True
     moved = Breakage(K.default_changed, base.key, DISPATCH, parameter="batch", old="1", new="2")
     assert judge(proxy, moved).breaking is True and "names 'batch'" in judge(proxy, moved).compat

@@ -13,6 +13,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import msgspec
+
 
 from vllm_patchkit.upstream.findings import BreakageKind as K
 from vllm_patchkit.tools.examine import examine
@@ -21,6 +23,7 @@ from vllm_patchkit.tools.releases import ReleaseError, installed_root, open_rele
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import cached_wheel_or_skip, patch_doc
 
@@ -58,7 +61,7 @@ def impl(tmp_path, monkeypatch):
 
 
 def subclass_patch(target: str, implementation: str, overrides, **extra) -> Patch:
-    return Patch.model_validate(patch_doc("sub", target, kind="subclass", implementation=implementation,
+    return validate(Patch, patch_doc("sub", target, kind="subclass", implementation=implementation,
                                           config_field=FIELD, overrides=list(overrides), **extra))
 
 
@@ -256,7 +259,7 @@ def test_the_loader_verifies_an_inherited_override_at_its_definer(tmp_path, monk
     impl, bad = subclass.check(patch, entry, resolve(ASYNC))
     assert bad is None and impl.__name__ == "TracingScheduler"
     changed = dict(found)
-    changed[f"{ASYNC}.schedule"] = found[f"{ASYNC}.schedule"].model_copy(update={"signature": "(self, x)"})
+    changed[f"{ASYNC}.schedule"] = msgspec.structs.replace(found[f"{ASYNC}.schedule"], signature="(self, x)")
     impl, bad = subclass.check(patch, ManifestEntry(patch=patch.key, targets=changed), resolve(ASYNC))
     assert impl is None and bad is not None
 

@@ -16,6 +16,8 @@ import json
 import sys
 
 import pytest
+import msgspec
+
 
 from vllm_patchkit.tools import releases
 from vllm_patchkit.tools.check import check
@@ -275,7 +277,7 @@ def test_patches_pinned_differently_on_one_target_get_their_own_findings(scenari
     """Grouped only when the finding is the same: a patch pinned on another signature has its own line."""
     s = scenario(SHARED_BEFORE, SHARED_AFTER, SHARED_PATCHES)
     entry = next(e for e in s.pinned.manifest.patches if e.patch == "trace-f@1")
-    entry.targets["toy.mod:f"] = entry.targets["toy.mod:f"].model_copy(update={"signature": "(a, query_start_loc=0)"})
+    entry.targets["toy.mod:f"] = msgspec.structs.replace(entry.targets["toy.mod:f"], signature="(a, query_start_loc=0)")
     lines = [line for line in render_text(s.check()).splitlines() if line.startswith("  - [")]
     assert lines[:2] == [
         f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1 ({BREAKS})",

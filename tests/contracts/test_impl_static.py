@@ -19,6 +19,7 @@ import yaml
 from vllm_patchkit.upstream import impl_static
 from vllm_patchkit.upstream.convention import problems_for
 from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import patch_doc, write_patches, write_tree
 
@@ -100,7 +101,7 @@ def test_what_cannot_be_read_is_said_never_raised_past_the_reader(pkg, spec, wor
 
 
 def _wrap(impl: str, **extra) -> Patch:
-    return Patch.model_validate(patch_doc("p", "toy.mod:g", implementation=impl, **extra))
+    return validate(Patch, patch_doc("p", "toy.mod:g", implementation=impl, **extra))
 
 
 def test_problems_for_reads_the_implementation_statically(pkg):

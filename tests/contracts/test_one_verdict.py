@@ -25,6 +25,7 @@ from vllm_patchkit.declaration.schema import Kind
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.runtime.verify import stale_copies, verify
+from vllm_patchkit.declaration.validation import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT)) if str(ROOT) not in sys.path else None
@@ -126,7 +127,7 @@ def _misdeclared(spec: str):
     from vllm_patchkit.declaration.schema import Patch
 
     release = installed_static()
-    patch = Patch.model_validate({"id": "misdeclared", "version": 1, "summary": "s", "why": "w", "upstream": "none: t",
+    patch = validate(Patch, {"id": "misdeclared", "version": 1, "summary": "s", "why": "w", "upstream": "none: t",
                                   "retire_when": {"manual": "t"}, "kind": "wrap", "target": spec,
                                   "processes": ["engine_core"], "required": True})
     found, _ = examine(release, patch, None)

@@ -28,6 +28,8 @@ from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.runtime.verify import verify
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import cached_wheel_or_skip, patch_doc, release, write_patches, write_tree
 
@@ -121,7 +123,7 @@ def test_a_changed_base_value_is_reported_at_the_base(tmp_path):
         "vllm/parser/abstract_parser.py": abstract.replace(line, line.replace("None\n", "'gpt_oss'\n")),
         "vllm/parser/harmony.py": (root / "parser" / "harmony.py").read_text(),
     })
-    patch = Patch.model_validate(DOCS[3])
+    patch = validate(Patch, DOCS[3])
     pins, broken = examine(installed_static(), patch, None)
     assert not broken
     _, found = examine(release(tree, "0.31.1"), patch, pins)
@@ -154,14 +156,14 @@ def test_the_loader_and_check_give_one_verdict_on_the_installed_release_with_the
     static = installed_static()
     rows = []
     for doc, pins in cases:
-        patch = Patch.model_validate(doc)
+        patch = validate(Patch, doc)
         if pins is None:
             found, broken = examine(v031, patch, None)
             assert not broken and all(isinstance(f, Fingerprint) for f in found.values()), (patch.key, found)
-            pins = {s: f.model_dump(exclude_none=True) for s, f in found.items()}
+            pins = {s: dump_fingerprint(f) for s, f in found.items()}
         _, said = examine(static, patch, {s: Fingerprint(**f) for s, f in pins.items()}, v031)
         said = [b for b in said if b.breaking]
-        v = verify(patch, ManifestEntry(patch=patch.key, targets=pins))
+        v = verify(patch, validate(ManifestEntry, {"patch": patch.key, "targets": pins}))
         if isinstance(v, Finding):
             assert said and v.reason in [b.detail for b in said] + [f"{b.explain()} ({b.verdict()})" for b in said], (
                 patch.key, v.reason, [b.explain() for b in said])

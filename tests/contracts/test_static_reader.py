@@ -13,6 +13,8 @@ import sys
 import zipfile
 
 import pytest
+import msgspec
+
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
@@ -223,7 +225,7 @@ def live_fingerprint(spec: str):
     raw = place.get_raw()
     f = fp.live(raw, place.owner_is_class, with_digest=True, with_value=True)  # constants: value digests too
     found = layers.wrapper_layers(raw)
-    return f.model_copy(update={"wrappers": found}) if found else f
+    return msgspec.structs.replace(f, wrappers=found) if found else f
 
 
 @pytest.mark.parametrize("spec", SPECS)

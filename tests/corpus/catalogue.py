@@ -13,7 +13,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from vllm_patchkit.declaration.schema import EnvDefault, Patch, TARGET
+from vllm_patchkit.declaration.schema import Patch, TARGET
+from vllm_patchkit.declaration.validation import EnvDefault, validate
 
 HERE = Path(__file__).resolve().parent
 RELEASES = ("0.32.0", "0.33.0")
@@ -99,7 +100,7 @@ class Catalogue(_Strict):
             raise ValueError(f"{self.folder}: place {place.id!r} is not declarable: {place.not_declarable}")
         d = place.declaration.model_dump(exclude_defaults=True)
         try:
-            return Patch.model_validate({
+            return validate(Patch, {
                 "id": f"{self.folder.replace('_', '-')}-{place.id}",
                 "version": 1,
                 "summary": place.what.strip().split(". ")[0][:200],

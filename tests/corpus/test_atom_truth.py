@@ -24,6 +24,7 @@ from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
+from vllm_patchkit.declaration.validation import validate
 
 from tests.corpus.catalogue import RELEASES, Catalogue
 
@@ -61,7 +62,7 @@ def release() -> StaticRelease:
 
 def _patch(place) -> Patch:
     d = place.declaration.model_dump(exclude_defaults=True)
-    return Patch.model_validate({
+    return validate(Patch, {
         "id": f"atom-{place.id}", "version": 1, "summary": place.what[:200], "why": place.what,
         "upstream": "none: third-party plugin", "retire_when": {"manual": "when ATOM no longer patches this place"},
         "processes": ["engine_core"], "required": True, **d}, strict=False)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+import msgspec
+
 
 from vllm_patchkit.tools.releases import ReleaseError, open_release
 
@@ -70,7 +72,7 @@ def test_copied_body_changed_is_source_changed_with_its_diff(tmp_path):
     patch = cat.patch(place)
     pdir, mdir = tmp_path / "patches", tmp_path / "manifests"
     pdir.mkdir(), mdir.mkdir()
-    (pdir / f"{patch.id}.yaml").write_text(yaml.safe_dump(patch.model_dump(mode="json", exclude_defaults=True)))
+    (pdir / f"{patch.id}.yaml").write_text(yaml.safe_dump({k: v for k, v in msgspec.to_builtins(patch).items() if v is not None}))
     cli = [sys.executable, "-m", "vllm_patchkit.tools.cli"]
     pinned = subprocess.run([*cli, "pin", "--vllm", "0.31.0", "--patch-dir", str(pdir), "--manifest-dir", str(mdir)],
                             capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path
 
 import yaml
+import msgspec
+
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
@@ -13,6 +15,7 @@ from vllm_patchkit.declaration.declare import load_patch_set
 from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.upstream.targets import resolve
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
 
 BASE = dict(
     version=1,
@@ -38,8 +41,8 @@ def write_patch(folder: Path, name: str, doc: dict | str) -> Path:
 def live_pin(spec: str) -> dict:
     place = resolve(spec)
     raw = place.get_raw()
-    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
-    return f.model_dump(exclude_none=True)
+    f = msgspec.structs.replace(fp.live(raw, place.owner_is_class), wrappers=layers.wrapper_layers(raw))
+    return dump_fingerprint(f)
 
 
 def write_manifest(folder: Path, entries: list[dict], version: str = "0.31.0") -> Path:

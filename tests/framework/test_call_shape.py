@@ -20,6 +20,7 @@ from vllm_patchkit.runtime import apply
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.targets import resolve
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import patch_doc
 
@@ -73,7 +74,7 @@ def env(impl_module):
 
     def install(attr: str, fn: str = "five", count: bool = True) -> apply.Applied:
         spec = f"{targets.__name__}:{attr}"
-        patch = Patch.model_validate(patch_doc(id="shape", kind="wrap", target=spec, processes=["frontend"],
+        patch = validate(Patch, patch_doc(id="shape", kind="wrap", target=spec, processes=["frontend"],
                                                implementation=f"{impls.__name__}:{fn}", count_calls=count))
         a = apply.install(patch, resolve(spec), [], getattr(impls, fn), count)
         made.append(a)

@@ -20,6 +20,7 @@ import pytest
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import source_fingerprint
 from vllm_patchkit.declaration.pins import Fingerprint, Manifest
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import make_loader, patch_doc, pinned_entry
 
@@ -105,7 +106,7 @@ def test_pin_writes_the_digest_and_manifests_without_it_still_load():
     assert _dump_fingerprint(Fingerprint(kind="attribute", value_digest=source_fingerprint.value_digest(5))) == {
         "kind": "attribute", "value_digest": source_fingerprint.value_digest(5)}
     assert _dump_fingerprint(Fingerprint(kind="attribute")) == {"kind": "attribute"}
-    old = Manifest.model_validate({"vllm": "0.31.0", "generated_by": "t", "patches": [
+    old = validate(Manifest, {"vllm": "0.31.0", "generated_by": "t", "patches": [
         {"patch": "p@1", "targets": {TIMEOUT: {"kind": "attribute"}}}]})
     assert old.patches[0].targets[TIMEOUT].value_digest is None
     schema = json.loads((Path(fp.__file__).parents[1] / "json_schema" / "manifest.schema.json").read_text())

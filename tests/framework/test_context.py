@@ -15,6 +15,7 @@ from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.declaration.errors import PatchkitError, Refusal
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.reporting.run_folder import load_run
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import make_loader, patch_doc, pinned_entry
 
@@ -50,7 +51,7 @@ RECORDING = """
 
 
 def decl(target: str, params=(), **extra) -> Patch:
-    return Patch.model_validate(patch_doc(id="p", kind="wrap", target=target, implementation="m:f",
+    return validate(Patch, patch_doc(id="p", kind="wrap", target=target, implementation="m:f",
                                           processes=["frontend"], params=list(params), **extra))
 
 

@@ -23,6 +23,7 @@ from vllm_patchkit.upstream.convention import problems, problems_for
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.targets import resolve
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import make_loader, patch_doc, pinned_entry
 from tests.releases import only_on
@@ -312,15 +313,15 @@ def test_problems_for_serves_the_check_command(impl_module):
         NOT_CALLABLE = 3
     """)
     base = dict(patch_doc(id="pool", kind="wrap", target=POOL, processes=["engine_core"]))
-    patch = Patch.model_validate({**base, "implementation": f"{mod}:pool_bytes", "params": ["vllm_config"]})
+    patch = validate(Patch, {**base, "implementation": f"{mod}:pool_bytes", "params": ["vllm_config"]})
     found = problems_for(patch, "(kv_cache_groups)")
     assert [(p.code, p.where) for p in found] == [("unknown_param", "vllm_config")]
     assert all(isinstance(p, Finding) and str(p) == p.reason for p in found)
     assert problems_for(patch, None) == []
-    assert problems_for(Patch.model_validate(base), "(kv_cache_groups)") == []  # a passthrough: nothing to judge
-    gone = problems_for(Patch.model_validate({**base, "implementation": f"{mod}:nope"}), "(kv_cache_groups)")
+    assert problems_for(validate(Patch, base), "(kv_cache_groups)") == []  # a passthrough: nothing to judge
+    gone = problems_for(validate(Patch, {**base, "implementation": f"{mod}:nope"}), "(kv_cache_groups)")
     assert [p.code for p in gone] == ["implementation"] and "nope" in gone[0].reason
-    odd = problems_for(Patch.model_validate({**base, "implementation": f"{mod}:NOT_CALLABLE"}), "(kv_cache_groups)")
+    odd = problems_for(validate(Patch, {**base, "implementation": f"{mod}:NOT_CALLABLE"}), "(kv_cache_groups)")
     assert [p.code for p in odd] == ["implementation"] and "not callable" in odd[0].reason
 
 
@@ -391,9 +392,9 @@ def test_params_only_for_a_wrap_with_an_implementation():
     from pydantic import ValidationError
 
     base = patch_doc(id="p", target=POOL, processes=["engine_core"])
-    Patch.model_validate({**base, "kind": "wrap", "implementation": "m:f", "params": ["kv_cache_groups"]})
+    validate(Patch, {**base, "kind": "wrap", "implementation": "m:f", "params": ["kv_cache_groups"]})
     for extra in ({"kind": "wrap"}, {"kind": "replace", "implementation": "m:f"}):
         with pytest.raises(ValidationError, match="'params' is only for kind wrap with an implementation"):
-            Patch.model_validate({**base, **extra, "params": ["kv_cache_groups"]})
+            validate(Patch, {**base, **extra, "params": ["kv_cache_groups"]})
     with pytest.raises(ValidationError, match="names a parameter twice"):
-        Patch.model_validate({**base, "kind": "wrap", "implementation": "m:f", "params": ["a", "a"]})
+        validate(Patch, {**base, "kind": "wrap", "implementation": "m:f", "params": ["a", "a"]})

@@ -21,6 +21,8 @@ from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.runtime.verify import verify
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import make_loader, patch_doc
 
@@ -55,10 +57,10 @@ def _doc(pid: str, target: str, inherited_from: str, **extra) -> dict:
 
 
 def _pins(doc: dict) -> dict:
-    patch = Patch.model_validate(doc)
+    patch = validate(Patch, doc)
     found, broken = examine(installed_static(), patch, None)
     assert not broken, [b.explain() for b in broken]
-    return {s: f.model_dump(exclude_none=True, exclude_defaults=True) for s, f in found.items()}
+    return {s: dump_fingerprint(f) for s, f in found.items()}
 
 
 def _loader(tmp_path, *docs: dict, pins: dict = None):
@@ -119,9 +121,9 @@ def test_atoms_pair_of_harmony_overrides(tmp_path):
 
 def _both(doc: dict, pins: dict):
     """check's breakages (statically, on the installed 0.31.0) and the loader's verdict, for one declaration."""
-    patch = Patch.model_validate(doc)
+    patch = validate(Patch, doc)
     _, said = examine(installed_static(), patch, {s: Fingerprint(**f) for s, f in pins.items()})
-    return [b for b in said if b.breaking], verify(patch, ManifestEntry(patch=patch.key, targets=pins))
+    return [b for b in said if b.breaking], verify(patch, validate(ManifestEntry, {"patch": patch.key, "targets": pins}))
 
 
 def test_a_subclass_that_defines_the_attribute_itself_is_refused_alike():
@@ -158,8 +160,8 @@ def test_the_loader_refuses_when_the_subclass_came_to_define_it_or_the_base_valu
     target = f"{cls_spec}.structural_tag_model"
     doc = _doc("step3p5", target, STRUCTURAL, value="qwen_3_coder")
     pins = _pins(doc)
-    patch = Patch.model_validate(doc)
-    entry = ManifestEntry(patch=patch.key, targets=pins)
+    patch = validate(Patch, doc)
+    entry = validate(ManifestEntry, {"patch": patch.key, "targets": pins})
     assert not isinstance(verify(patch, entry), Finding)
     monkeypatch.setattr(Step3p5ToolParser, "structural_tag_model", "someone's", raising=False)
     v = verify(patch, entry)
@@ -182,7 +184,7 @@ def test_declaration_errors():
                        (dict(kind="set", target="m:C.x", inherited_from="m:C.x"),
                         "'inherited_from' names the target itself")):
         with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)")):
-            Patch.model_validate(patch_doc(id="x", processes=["frontend"], **doc))
+            validate(Patch, patch_doc(id="x", processes=["frontend"], **doc))
 
 
 LAZY_CHILD = r"""

@@ -21,6 +21,8 @@ from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.runtime.verify import verify
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import make_loader, patch_doc, write_module
 
@@ -35,10 +37,10 @@ def _doc(pid: str, target: str, **extra) -> dict:
 
 def _pins(doc: dict, release=None) -> dict:
     """What `vllm-patchkit pin` writes for the declaration: the release read statically (the installed 0.31.0)."""
-    patch = Patch.model_validate(doc)
+    patch = validate(Patch, doc)
     found, broken = examine(release or installed_static(), patch, None)
     assert not broken, [b.explain() for b in broken]
-    return {s: f.model_dump(exclude_none=True, exclude_defaults=True) for s, f in found.items()}
+    return {s: dump_fingerprint(f) for s, f in found.items()}
 
 
 def _loader(tmp_path, doc: dict, pins: dict = None):
@@ -141,7 +143,7 @@ def test_an_attribute_the_release_does_not_assign_is_refused_at_start_up_in_chec
         pytest.skip(f"vLLM 0.33.0 wheel not at hand: {exc}")
     pins = _pins(doc, release_33)
     assert pins == {spec: {"kind": "instance_attribute"}}  # `self.num_hash_lookahead_tokens = num_hash_...`
-    patch = Patch.model_validate(doc)
+    patch = validate(Patch, doc)
     _, said = examine(installed_static(), patch, {s: Fingerprint(**f) for s, f in pins.items()})
     [b] = said
     assert b.kind.value == "target_removed" and b.breaking
@@ -158,11 +160,11 @@ def test_a_changed_literal_is_a_fingerprint_failure_with_checks_words(tmp_path):
     doc = patch_doc(id="idx", kind="set", target=spec, instances=True, value=5, processes=["frontend"])
     other = source_fingerprint.value_digest(1)
     pins = {spec: {"kind": "instance_attribute", "value_digest": other}}
-    patch = Patch.model_validate(doc)
+    patch = validate(Patch, doc)
     _, said = examine(installed_static(), patch, {spec: Fingerprint(**pins[spec])})
     [b] = said
     assert b.kind.value == "value_changed" and b.breaking
-    v = verify(patch, ManifestEntry(patch=patch.key, targets=pins))
+    v = verify(patch, validate(ManifestEntry, {"patch": patch.key, "targets": pins}))
     assert isinstance(v, Finding) and v.code == "fingerprint"
     assert v.reason == f"{b.explain()} ({b.verdict()})"
 
@@ -188,7 +190,7 @@ def test_objects_that_cannot_take_the_attribute_are_refused_before_anything_is_i
     monkeypatch.syspath_prepend(str(tmp_path))
     for target, words in (("patchkit_ia_shapes:Frozen.b", "frozen dataclass"),
                           ("patchkit_ia_shapes:Slotted.c", "no __dict__ and no slot 'c'")):
-        patch = Patch.model_validate(_doc("shape", target, value=3))
+        patch = validate(Patch, _doc("shape", target, value=3))
         v = verify(patch, ManifestEntry(patch=patch.key, targets={target: Fingerprint(kind="instance_attribute")}))
         assert isinstance(v, Finding) and v.code == "kind" and words in v.reason, v
 
@@ -199,7 +201,7 @@ def test_declaration_errors():
                        (dict(kind="set", target="m:C.x", instances=True, inherited_from="m:B.x", value=1),
                         "give 'instances: true' (an attribute of each object) or 'inherited_from'")):
         with pytest.raises(Exception, match=words.replace("(", r"\(").replace(")", r"\)")):
-            Patch.model_validate(patch_doc(id="x", processes=["frontend"], **doc))
+            validate(Patch, patch_doc(id="x", processes=["frontend"], **doc))
 
 
 def test_a_mutable_literal_is_copied_for_each_object(tmp_path):

@@ -9,6 +9,7 @@ import pickle
 import pytest
 
 from vllm_patchkit.declaration.errors import PatchSetErrors
+from vllm_patchkit.declaration.validation import validate
 
 from .helpers import live_pin, make_loader, patch_doc, pinned_entry
 
@@ -307,7 +308,7 @@ def test_selected_but_never_built_is_a_finding(tmp_path, vc, my_scheduler):
 def test_the_overridden_base_methods_are_pinned(my_scheduler):
     from vllm_patchkit.declaration.schema import Patch
 
-    patch = Patch.model_validate(doc(my_scheduler[0], overrides=("schedule", "_update_requests_with_invalid_blocks")))
+    patch = validate(Patch, doc(my_scheduler[0], overrides=("schedule", "_update_requests_with_invalid_blocks")))
     assert patch.pinned_specs == [BASE, f"{BASE}.schedule", f"{BASE}._update_requests_with_invalid_blocks"]
     assert patch.stage == "config"
     assert live_pin(f"{BASE}.schedule")["signature"] == "(self, throttle_prefills=False)"

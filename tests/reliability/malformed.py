@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 import yaml
+import msgspec
+
 
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
@@ -25,6 +27,7 @@ from vllm_patchkit.runtime.loader import Loader, installed_vllm_version
 from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.runtime.record import APPLIED
 from vllm_patchkit.upstream.targets import TargetError, resolve
+from vllm_patchkit.tools.manifest_files import dump_fingerprint
 
 from .mutations import Case, Corpus, dump, field_matches
 
@@ -40,8 +43,8 @@ def pinned_specs(patch) -> list[str]:
 def live_pin(spec: str) -> dict:
     place = resolve(spec)
     raw = place.get_raw()
-    f = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
-    d = f.model_dump(exclude_none=True)
+    f = msgspec.structs.replace(fp.live(raw, place.owner_is_class), wrappers=layers.wrapper_layers(raw))
+    d = dump_fingerprint(f)
     if not d.get("wrappers"):
         d.pop("wrappers", None)
     return d

@@ -32,7 +32,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from vllm_patchkit.declaration import pins, schema
+from vllm_patchkit.declaration import validation
 
 # ---------------------------------------------------------------------------------------------
 # The shape of every field, read off the schema's annotations.
@@ -358,12 +358,12 @@ _any_value = st.one_of(st.none(), st.booleans(), st.integers(), _printable, st.l
 def _conditionally_required(node: Node) -> list[str]:
     """Fields a rule makes required for this document (beyond the schema's own `required`)."""
     d = node.doc
-    if node.model is schema.Patch:
+    if node.model is validation.Patch:
         kind = d.get("kind")
         need = {"wrap": ["target"], "replace": ["target", "implementation"], "set": ["target"],
                 "env_default": ["env_default"], "refuse": ["message"]}.get(kind, [])
         return [n for n in need if n in d]
-    if node.model is schema.RetireWhen:
+    if node.model is validation.RetireWhen:
         return [n for n in ("vllm", "probe", "manual") if n in d]  # exactly one is given: removing it leaves none
     return []
 
@@ -400,7 +400,7 @@ def structural_mutation(draw, doc: dict, model: type) -> tuple[dict, str, str, s
                 if name in shapes and shapes[name][1]:
                     options.append((node, name, _join(node.path, name)))
             for name in _conditionally_required(node):
-                where = node.path if node.model is schema.RetireWhen else _join(node.path, name)
+                where = node.path if node.model is validation.RetireWhen else _join(node.path, name)
                 options.append((node, name, where))
         node, name, where = draw(st.sampled_from(options))
         del node.doc[name]
@@ -438,7 +438,7 @@ def structural_mutation(draw, doc: dict, model: type) -> tuple[dict, str, str, s
     if not isinstance(value, dict):
         value = loc.container[loc.key] = {}
     value[bad] = next(iter(value.values()), None) if value else None
-    if loc.model is pins.ManifestEntry:
+    if loc.model is validation.ManifestEntry:
         value[bad] = {"kind": "function"}
     return doc, op, f"bad key at {loc.path}: {bad!r}", loc.path
 
@@ -552,12 +552,12 @@ def patch_cases(draw, corpus: Corpus) -> Case:
     family = draw(st.sampled_from(["structural"] * 6 + ["text"] * 2 + ["cross_file"] * 2))
 
     if family == "structural":
-        new, op, label, where = draw(structural_mutation(doc, schema.Patch))
+        new, op, label, where = draw(structural_mutation(doc, validation.Patch))
         return Case("patch", op, f"{name}: {label}", _texts(files, corpus, {name: dump(new)}),
                     {corpus.manifest_name: dump(corpus.manifest_for(files))}, name, where)
 
     if family == "text":
-        data, op, label, where, words = draw(text_mutation(corpus.patch_texts[name], schema.Patch))
+        data, op, label, where, words = draw(text_mutation(corpus.patch_texts[name], validation.Patch))
         return Case("patch", op, f"{name}: {label}", _texts(files, corpus, {name: data}),
                     {corpus.manifest_name: dump(corpus.manifest_for(files))}, name, where, words)
 
@@ -630,10 +630,10 @@ def manifest_cases(draw, corpus: Corpus) -> Case:
     mname = corpus.manifest_name
     family = draw(st.sampled_from(["structural"] * 6 + ["text"] * 2 + ["cross"] * 3))
     if family == "structural":
-        new, op, label, where = draw(structural_mutation(base, pins.Manifest))
+        new, op, label, where = draw(structural_mutation(base, validation.Manifest))
         return Case("manifest", op, label, {}, {mname: dump(new)}, mname, where)
     if family == "text":
-        data, op, label, where, words = draw(text_mutation(dump(base).decode(), pins.Manifest))
+        data, op, label, where, words = draw(text_mutation(dump(base).decode(), validation.Manifest))
         return Case("manifest", op, label, {}, {mname: data}, mname, where, words)
 
     doc = copy.deepcopy(base)
@@ -715,6 +715,6 @@ def sweep(doc: dict, model: type) -> list[tuple[dict, str, str, str]]:
             new2 = copy.deepcopy(doc)
             node2 = walk(new2, model)[0][i]
             del node2.doc[name]
-            where = node.path if node.model is schema.RetireWhen else _join(node.path, name)
+            where = node.path if node.model is validation.RetireWhen else _join(node.path, name)
             out.append((new2, "sweep:missing_required", f"missing {_join(node.path, name)}", where))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools.testing.lifecycle import newest
+from vllm_patchkit.declaration.validation import validate
 
 from tests.contracts.helpers import patch_doc
 
@@ -13,7 +14,7 @@ from tests.contracts.helpers import patch_doc
 def _set(*docs) -> PatchSet:
     ps = PatchSet()
     for d in docs:
-        p = Patch.model_validate(d)
+        p = validate(Patch, d)
         ps.patches[p.key] = p
     return ps
 

@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from vllm_patchkit.declaration import pins, schema
+from vllm_patchkit.declaration import validation
 from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 
 from .conftest import COUNTS, OPS
@@ -135,7 +135,7 @@ def test_unknown_version_never_draws_a_declared_version(corpus):
 
 def test_every_constrained_field_has_bad_values():
     """A new pattern / length / bound in the schema must get bad values in mutations.BAD."""
-    missing = (constrained_fields(schema.Patch) | constrained_fields(pins.Manifest)) - set(BAD)
+    missing = (constrained_fields(validation.Patch) | constrained_fields(validation.Manifest)) - set(BAD)
     assert not missing, f"add bad values for {sorted(missing)} to tests/reliability/mutations.py BAD"
 
 
@@ -148,12 +148,12 @@ def test_sweep_every_field_of_every_shipped_document(corpus, shipped, scratch):
     n = 0
     for name, doc in sorted(corpus.patch_docs.items()):
         files = corpus.closure(name)
-        for new, op, label, where in sweep(doc, schema.Patch):
+        for new, op, label, where in sweep(doc, validation.Patch):
             case = Case("patch", op, f"{name}: {label}", {**{f: corpus.patch_texts[f].encode() for f in files}, name: dump(new)},
                         {corpus.manifest_name: dump(corpus.manifest_for(files))}, name, where)
             problems += _sweep_one(case, scratch / f"sweep-{n}", ps, places)
             n += 1
-    for new, op, label, where in sweep(corpus.manifest_doc, pins.Manifest):
+    for new, op, label, where in sweep(corpus.manifest_doc, validation.Manifest):
         case = Case("manifest", op, label, {}, {corpus.manifest_name: dump(new)}, corpus.manifest_name, where)
         problems += _sweep_one(case, scratch / f"sweep-{n}", ps, places)
         n += 1

@@ -16,17 +16,18 @@ from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.features import EnvDeclarations, complete, declare_own, read_features
 from vllm_patchkit.declaration.yaml_files import parse_file, read_yaml
+from vllm_patchkit.declaration import validation
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
 
 
 def parse_patch(path: Path) -> Patch:
     """One patch file -> Patch, or DeclarationError/PatchSetErrors naming file and field."""
-    return parse_file(path, Patch, "a mapping of patch fields")
+    return validation.to_object(parse_file(path, validation.Patch, "a mapping of patch fields"))
 
 
 def parse_manifest(path: Path) -> Manifest:
-    return parse_file(path, Manifest, "a manifest mapping")
+    return validation.to_object(parse_file(path, validation.Manifest, "a manifest mapping"))
 
 
 def _collect(errors: list, fn, *args):

@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
+import msgspec
 from pydantic import Field
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
-from vllm_patchkit.declaration.schema import PATCH_ID, EnvVar, Patch, RetireWhen, Strict
+from vllm_patchkit.declaration import schema
+from vllm_patchkit.declaration.schema import PATCH_ID, Patch
+from vllm_patchkit.declaration.validation import EnvVar, RetireWhen, Strict, to_object
 from vllm_patchkit.declaration.yaml_files import parse_file
 
 FOLDER = "features"  # inside a set's patches folder
@@ -43,15 +46,15 @@ class EnvDeclarations:
     """Every environment variable declared in the sets being read: name -> (declaration, file)."""
 
     def __init__(self) -> None:
-        self.declared: dict[str, tuple[EnvVar, str]] = {}
+        self.declared: dict[str, tuple[schema.EnvVar, str]] = {}
 
-    def declare(self, var: EnvVar, file: str, field_name: str) -> Optional[DeclarationError]:
+    def declare(self, var: schema.EnvVar, file: str, field_name: str) -> Optional[DeclarationError]:
         first = self.declared.get(var.name)
         if first is not None and first[1] != file:
             return DeclarationError(file, field_name, f"{var.name} is already declared in {first[1]}: an environment "
                                     "variable is declared once, with one text (name it here as a string, or declare it "
                                     "in the patches' feature)")
-        self.declared.setdefault(var.name, (var, file))
+        self.declared.setdefault(var.name, (var, file))  # the object a patch holds
         return None
 
 
@@ -74,12 +77,12 @@ def complete(patch: Patch, file: str, features: dict[str, tuple[Feature, str]], 
                                            f"{sorted(features) or 'none'} ({FOLDER}/<id>.yaml beside the patches)"))
             return None
         feature, _ = found
-        update.update(upstream=feature.upstream, retire_when=feature.retire_when, why=patch.why or feature.why)
+        update.update(upstream=feature.upstream, retire_when=to_object(feature.retire_when), why=patch.why or feature.why)
         if update["why"] is None:
             errors.append(DeclarationError(file, "why", f"missing: neither the patch nor its feature {feature.id!r} "
                                                         "says why"))
             return None
-    resolved: list[EnvVar] = list(patch.env_vars)
+    resolved: list[schema.EnvVar] = list(patch.env_vars)
     names = {v.name for v in resolved}
     for i, name in enumerate(patch.reads_env):
         decl = env.declared.get(name)
@@ -91,7 +94,7 @@ def complete(patch: Patch, file: str, features: dict[str, tuple[Feature, str]], 
             resolved.append(decl[0])
             names.add(name)
     update["env_vars"] = resolved
-    return patch.model_copy(update=update)
+    return msgspec.structs.replace(patch, **update)
 
 
 def read_features(folder: Path, env: EnvDeclarations, errors: list) -> dict[str, tuple[Feature, str]]:
@@ -106,7 +109,7 @@ def read_features(folder: Path, env: EnvDeclarations, errors: list) -> dict[str,
             errors.append(exc)
             continue
         for i, var in enumerate(feature.env_vars):
-            error = env.declare(var, str(path), f"env_vars[{i}]")
+            error = env.declare(to_object(var), str(path), f"env_vars[{i}]")
             if error is not None:
                 errors.append(error)
         out[feature.id] = (feature, str(path))

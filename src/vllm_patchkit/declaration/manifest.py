@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+import msgspec
 from packaging.version import Version
 
 from vllm_patchkit.declaration.patchsets import PatchSet
@@ -96,8 +97,8 @@ def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[
             _check_entries(m, str(path), patch_set, errors, listed, marked)
             if m.vllm in out:
                 base = out[m.vllm].manifest
-                m = base.model_copy(update={"patches": [*base.patches, *m.patches],
-                                            "not_applicable": [*base.not_applicable, *m.not_applicable]})
+                m = msgspec.structs.replace(base, patches=[*base.patches, *m.patches],
+                                            not_applicable=[*base.not_applicable, *m.not_applicable])
             out[m.vllm] = Loaded(m, out[m.vllm].path if m.vllm in out else str(path))
     for listed, marked in seen.values():
         _check_marked_not_listed(listed, marked, errors)

@@ -10,6 +10,7 @@ import sys
 import types
 from typing import Any, Optional
 
+import msgspec
 from msgspec import Struct, field
 
 from vllm_patchkit.upstream import convention
@@ -237,7 +238,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         if pin is None and entry is None and patch.observer:
             # Knowing what the model needs must not depend on a pin: an observing forwarder
             # is taken as it stands, compared with itself (its record says "unpinned").
-            pin = fp.live(raw, place.owner_is_class).model_copy(update={"wrappers": layers.wrapper_layers(raw)})
+            pin = msgspec.structs.replace(fp.live(raw, place.owner_is_class), wrappers=layers.wrapper_layers(raw))
         if pin is None:
             return Finding("unpinned", f"{patch.target} has no pin in the manifest", "a pinned fingerprint", None)
         mark = ours(raw)
@@ -276,7 +277,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
         if (traits(patch).sets_value and pin.value_digest is not None and live.value_digest != pin.value_digest
                 and live.value_digest is not None and live.value_digest == source_fingerprint.value_digest(patch.value)):
             out.already = True  # the value this patch sets is there already (an earlier loader of this process)
-            want = pin.model_copy(update={"value_digest": None})
+            want = msgspec.structs.replace(pin, value_digest=None)
         bad = _compare(patch.target, want, live, raw, patch)
         if bad is not None:
             return bad

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import msgspec
 from packaging.version import Version
 
 from vllm_patchkit.declaration.declare import load_patch_set, manifest_dirs
@@ -28,7 +29,9 @@ HEADER = (
 
 def _when(p: Patch) -> list[str]:
     out = []
-    for name, value in p.when.model_dump(exclude_none=True).items():
+    for name, value in msgspec.structs.asdict(p.when).items():
+        if value is None:
+            continue
         if name == "env":
             value = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in value.items())
         elif isinstance(value, list):

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import msgspec
 import yaml
 
 from vllm_patchkit.declaration.declare import parse_manifest
@@ -31,8 +32,8 @@ def read_manifests(directories, patch_set: PatchSet, *, strict: bool = True) -> 
             m = parse_manifest(path)
             if m.vllm in out:
                 base = out[m.vllm]
-                m = base.model_copy(update={"patches": [*base.patches, *m.patches],
-                                            "not_applicable": [*base.not_applicable, *m.not_applicable]})
+                m = msgspec.structs.replace(base, patches=[*base.patches, *m.patches],
+                                            not_applicable=[*base.not_applicable, *m.not_applicable])
             else:
                 paths[m.vllm] = str(path)
             out[m.vllm] = m
@@ -41,7 +42,7 @@ def read_manifests(directories, patch_set: PatchSet, *, strict: bool = True) -> 
 
 def dump_fingerprint(f: Fingerprint) -> dict:
     """A pin as a manifest holds it: unset fields left out, and no empty `wrappers`."""
-    d = f.model_dump(exclude_none=True)
+    d = {k: v for k, v in msgspec.to_builtins(f).items() if v is not None}
     if not d.get("wrappers"):
         d.pop("wrappers", None)
     return d
@@ -70,8 +71,8 @@ def split_by_set(m: Manifest, patch_set: PatchSet) -> dict[Optional[str], Manife
     for name in {patch_set.set_of.get(k) for k in patch_set.patches}:
         mine = {k for k in patch_set.patches if patch_set.set_of.get(k) == name}
         ids = {k.split("@")[0] for k in mine}
-        out[name] = m.model_copy(update={"patches": [e for e in m.patches if e.patch in mine],
-                                         "not_applicable": [n for n in m.not_applicable if n.patch in ids]})
+        out[name] = msgspec.structs.replace(m, patches=[e for e in m.patches if e.patch in mine],
+                                            not_applicable=[n for n in m.not_applicable if n.patch in ids])
     return out
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Protocol, Union
 
+import msgspec
 from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.upstream import fingerprint as fp
@@ -76,7 +77,7 @@ class LiveRelease:
         raw = place.get_raw()
         f = fp.live(raw, place.owner_is_class, with_digest, with_value=True)
         found = layers.wrapper_layers(raw)
-        return f.model_copy(update={"wrappers": found}) if found else f
+        return msgspec.structs.replace(f, wrappers=found) if found else f
 
     def identity(self, spec: str) -> Optional[tuple[Any, str]]:
         try:

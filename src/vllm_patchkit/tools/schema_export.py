@@ -1,4 +1,4 @@
-"""Write the JSON Schemas generated from the pydantic models (committed, for editors)."""
+"""Write the JSON Schemas generated from the validating models (validation.py; committed, for editors)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_patchkit.declaration.features import Feature
-from vllm_patchkit.declaration.pins import Manifest
-from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.validation import Manifest, Patch
 
 HERE = Path(__file__).resolve().parent.parent / "json_schema"
 

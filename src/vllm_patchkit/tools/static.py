@@ -78,6 +78,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import msgspec
+
 from vllm_patchkit.upstream import source_fingerprint as fp
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
@@ -115,7 +117,7 @@ class Definition:
         if self.kind == "attribute":
             return Fingerprint(kind="attribute", value_digest=literal_digest(self.node))
         f = fp.from_def(self.node, self.kind, with_digest)
-        return f.model_copy(update={"wrappers": list(self.wrappers)}) if self.wrappers else f
+        return msgspec.structs.replace(f, wrappers=list(self.wrappers)) if self.wrappers else f
 
 
 # -- the release --------------------------------------------------------------------------------

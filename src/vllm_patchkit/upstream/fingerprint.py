@@ -15,8 +15,9 @@ import textwrap
 import types
 from typing import Any, Optional
 
+import msgspec
+
 from vllm_patchkit.declaration.pins import Fingerprint
-from vllm_patchkit.upstream.cache_models import load_model
 from vllm_patchkit.upstream.source_fingerprint import from_def, instance_attribute, value_digest
 
 
@@ -83,10 +84,9 @@ def live_instance_attribute(cls: type, attr: str) -> "Fingerprint | tuple[str, b
 
 
 def _built(**values: Any) -> Fingerprint:
-    """A Fingerprint of values computed here, without pydantic's validator: building it costs ~1 ms of CPU at the
-    first fingerprint of a process (its validators are deferred); the values are checked for their JSON types
-    (cache_models.load_model), which is all the validator would check of them."""
-    return load_model(Fingerprint, values)
+    """A Fingerprint of values computed here or read back from the live cache: each value checked for its type
+    (msgspec's conversion; a wrong one is the ValueError the cache's reader treats as a damaged entry)."""
+    return msgspec.convert(values, Fingerprint)
 
 
 def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: bool = False) -> Fingerprint:

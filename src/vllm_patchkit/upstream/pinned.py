@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import msgspec
+
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.declaration.pins import Fingerprint
@@ -27,8 +29,8 @@ def compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,
             # brings the static reader along (~5 ms at every process's start-up otherwise)
             from vllm_patchkit.upstream.sigdiff import compare as diff_pins
 
-            found = diff_pins(patch.key if patch else "", spec, pin.model_copy(update={"wrappers": []}),
-                              live.model_copy(update={"wrappers": []}))
+            found = diff_pins(patch.key if patch else "", spec, msgspec.structs.replace(pin, wrappers=[]),
+                              msgspec.structs.replace(live, wrappers=[]))
             if patch is not None:  # judged for this patch, in the words `check` and `pin` use
                 from vllm_patchkit.upstream.compat import judge_all
 

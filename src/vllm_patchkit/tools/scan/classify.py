@@ -132,7 +132,7 @@ def classify(site: Site, selected: dict[str, str]) -> None:
 def schema_has_reimplements() -> bool:
     from vllm_patchkit.declaration.schema import Patch
 
-    return "reimplements" in Patch.model_fields
+    return "reimplements" in Patch.__struct_fields__
 
 
 def first(xs) -> Optional[str]:

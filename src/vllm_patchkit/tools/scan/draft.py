@@ -227,9 +227,9 @@ def render_yaml(d: Draft, schema: Optional[str] = None) -> str:
 
 def validate(text: str):
     """The draft as the framework reads it (the real schema), or the error."""
-    from vllm_patchkit.declaration.schema import Patch
+    from vllm_patchkit.declaration import schema, validation
 
-    return Patch.model_validate(yaml.safe_load(text))
+    return validation.validate(schema.Patch, yaml.safe_load(text))
 
 
 def write(result: ScanResult, out: Path) -> tuple[Path, list[Path], list[tuple[str, str]]]:

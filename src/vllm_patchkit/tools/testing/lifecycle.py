@@ -40,6 +40,8 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+import msgspec
+
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.tools.testing.places import check_patched, check_restored, expected_state, specs
 from vllm_patchkit.tools.testing.recipe import DEFAULT_ARCH, STANDIN, recipe_for
@@ -123,8 +125,8 @@ class PatchLifecycle:
                       {k: v for k, v in self.ps.set_of.items() if k in keys})
         loaded, _ = select(self.manifests, installed_vllm_version(), "error")
         m = loaded.manifest
-        sub = m.model_copy(update={"patches": [e for e in m.patches if e.patch in keys],
-                                   "not_applicable": [n for n in m.not_applicable if n.patch in ids]})
+        sub = msgspec.structs.replace(m, patches=[e for e in m.patches if e.patch in keys],
+                                      not_applicable=[n for n in m.not_applicable if n.patch in ids])
         kw = {"platform": self.recipe.platform} if self.recipe.platform else {}
         return Loader(ps, {m.vllm: type(loaded)(sub, loaded.path)}, role=self.role, status_dir=self.status_dir, **kw)
 

@@ -1,0 +1,342 @@
+"""The validating schema: what a patch or manifest YAML file may say, and nothing else (features: features.py).
+
+Strict on purpose: an unknown key or a wrong type is a typo that would otherwise turn into a patch that silently
+does nothing. Read only when a file is read (the cold path): a valid file is handed on as the objects every
+process reads (`schema.py`, `pins.py`: msgspec Structs with the same fields, `to_object`); a process served from
+the start-up cache never imports pydantic's models.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from vllm_patchkit.declaration import pins, schema
+from vllm_patchkit.declaration.kinds import declaration_of, problems
+from vllm_patchkit.declaration.schema import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
+                                              PatchReading, Process, WhenReading)
+
+
+class Strict(BaseModel):
+    """Base: unknown keys rejected, no silent coercion of types."""
+
+    # defer_build: validators are built on first use, not at import
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+
+def _check_specifier(value: str) -> str:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # validation only: the cold path
+
+    if not value.strip(" ,\t"):
+        raise ValueError(f"empty version specifier {value!r} would match every release; write one, e.g. '>=0.31'")
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"not a PEP 440 version specifier: {value!r} ({exc})") from None
+    return value
+
+
+VersionSpec = Annotated[str, Field(min_length=1)]
+
+
+class When(WhenReading, Strict):
+    """Preconditions. All given ones must hold; an absent one is not checked.
+
+    `vllm`, `platform`, `env` can be judged at import; the rest need the
+    VllmConfig of the process and are judged at its config-ready point.
+    """
+
+    vllm: Optional[VersionSpec] = None
+    platform: Optional[list[Literal["cuda", "rocm", "cpu", "xpu", "tpu"]]] = None
+    env: Optional[dict[Annotated[str, Field(pattern=ENV_NAME)], Optional[str]]] = Field(
+        default=None,
+        description="name -> required value; null means the variable must be unset",
+    )
+    architectures: Optional[list[Annotated[str, Field(min_length=1)]]] = Field(
+        default=None, description="exact architecture names (any of); never substrings"
+    )
+    served_by: Optional[str] = Field(
+        default=None,
+        description="'out_of_tree', 'vllm', or a module prefix the registry must resolve to",
+    )
+    runner: Optional[Literal["v1", "v2"]] = None
+    prefix_caching: Optional[bool] = None
+    speculative: Optional[bool] = None
+    cudagraph_mode: Optional[list[str]] = None
+
+    _vllm_check = field_validator("vllm")(lambda cls, v: v if v is None else _check_specifier(v))
+
+
+
+class EnvVar(Strict):
+    """An environment variable a patch reads; registered with vLLM and documented."""
+
+    name: Annotated[str, Field(pattern=ENV_NAME)]
+    default: Optional[str] = None
+    doc: Annotated[str, Field(min_length=1)]
+
+
+class EnvDefault(Strict):
+    name: Annotated[str, Field(pattern=ENV_NAME)]
+    value: str
+
+
+class RetireWhen(Strict):
+    """When the patch can go: a vLLM release range, a probe, or a stated reason."""
+
+    vllm: Optional[VersionSpec] = None
+    probe: Optional[Annotated[str, Field(pattern=TARGET)]] = None
+    manual: Optional[Annotated[str, Field(min_length=1)]] = None
+
+    _vllm_check = field_validator("vllm")(lambda cls, v: v if v is None else _check_specifier(v))
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "RetireWhen":
+        given = [k for k in ("vllm", "probe", "manual") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of vllm, probe, manual (got {given or 'none'})")
+        return self
+
+
+class Patch(PatchReading, Strict):
+    """One intervention on vLLM, at one version."""
+
+    id: Annotated[str, Field(pattern=PATCH_ID)]
+    version: Annotated[int, Field(ge=1)]
+    summary: Annotated[str, Field(min_length=1)]
+    feature: Optional[Annotated[str, Field(pattern=PATCH_ID)]] = Field(
+        default=None,
+        description="the feature this patch belongs to (its set's features/<id>.yaml): the feature declares "
+                    "`upstream`, `retire_when`, shared env vars and (unless the patch says its own) `why` once")
+    why: Optional[Annotated[str, Field(min_length=1)]] = None
+    upstream: Optional[Annotated[str, Field(min_length=1, description="issue/PR reference, or 'none: reason'")]] = None
+    retire_when: Optional[RetireWhen] = None
+    kind: Annotated[Kind, Field(strict=False)]
+    target: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="module:Qualname of the object patched (or, for env_default/refuse, the upstream code it steers)",
+    )
+    copies: list[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default_factory=list, description="other module:name places holding the target by value"
+    )
+    uses: list[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default_factory=list,
+        description="upstream callables the implementation calls but does not patch; pinned and verified like targets",
+    )
+    reimplements: Optional[list[Annotated[str, Field(pattern=TARGET)]]] = Field(
+        default=None,
+        description="upstream bodies the implementation copies or re-implements instead of calling them (a replace's "
+                    "original, a wrap that never calls `wrapped`, a subclass override that never calls super()): each "
+                    "is pinned with its normalised source digest, and any change to it is `source_changed` (breaking). "
+                    "Unset: a replace copies its target, other kinds copy nothing; `[]`: a replace that calls the "
+                    "original instead of copying it",
+    )
+    implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
+    params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
+        default_factory=list,
+        description="kind wrap with an implementation: the target parameters it reads or rewrites (by name; "
+                    "ctx.arg/ctx.with_arg reach only these); verified against the target's pinned signature",
+    )
+    value: Any = None
+    instances: bool = Field(
+        default=False,
+        description="kind wrap of a method: patch it on each instance as the instance is constructed (objects vLLM "
+                    "creates at run time: a connector, a KV-cache manager), not on the class; a subclass's override "
+                    "is wrapped too. Kind set of `module:Class.attr`: an attribute vLLM's methods assign on each "
+                    "object (`self.attr = ...`), set to `value`/`value_from` on each new object after its __init__",
+    )
+    inherited_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="kind set of `module:Sub.attr` that Sub only inherits: `module:Base.attr`, the base's definition "
+                    "the MRO finds. The patch sets the attribute on Sub alone (an override; unpatch deletes it, and Sub "
+                    "inherits again); the base's attribute is pinned, and Sub is pinned as not defining it",
+    )
+    value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
+        default=None,
+        description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
+                    "resolved when the patch is verified; instead of a literal `value`",
+    )
+    config_field: Optional[Annotated[str, Field(pattern=CONFIG_FIELD)]] = Field(
+        default=None,
+        description="kind subclass: the VllmConfig field (dotted path, e.g. scheduler_config.scheduler_cls) through "
+                    "which vLLM selects the class; set to the implementation at the config stage",
+    )
+    overrides: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
+        default_factory=list,
+        description="kind subclass: the target class's methods the implementation overrides; each is pinned as "
+                    "`target.method` and the override must take the pinned signature",
+    )
+    env_default: Optional[EnvDefault] = None
+    message: Optional[str] = None
+    processes: Annotated[list[Annotated[Process, Field(strict=False)]], Field(min_length=1)]
+    when: When = Field(default_factory=When)
+    requires: list[Annotated[str, Field(pattern=PATCH_ID)]] = Field(default_factory=list)
+    required: bool
+    env_vars: list[EnvVar] = Field(
+        default_factory=list,
+        description="environment variables the patch declares (name, default, doc): each is declared once in the "
+                    "whole set, with one text; a variable its feature declares comes with the feature")
+    reads_env: list[Annotated[str, Field(pattern=ENV_NAME)]] = Field(
+        default_factory=list,
+        description="environment variables declared elsewhere in the set (another patch, another feature) that "
+                    "this patch reads too, by name")
+    expected_calls: Annotated[Frequency, Field(strict=False)] = Frequency.never_counted
+    count_calls: bool = True
+    counts_steps: bool = Field(
+        default=False, description="this patch's calls are the process's engine/worker step count (core patches)"
+    )
+    config_ready: bool = Field(
+        default=False,
+        description="this hook is its process's config-ready point: every config-stage patch of that process "
+                    "depends on it implicitly (nobody writes `requires` for it)",
+    )
+    observer: bool = Field(
+        default=False,
+        description="a pure counted forwarder the framework needs to learn what a model needs (config-ready points, "
+                    "step counters): applied unpinned, and marked so, where no manifest entry exists but its target does",
+    )
+
+    @model_validator(mode="after")
+    def _feature_fields(self) -> "Patch":
+        """`upstream` and `retire_when` are the feature's when there is one (said once), else the patch's own."""
+        if self.feature is None:
+            missing = [f for f in ("why", "upstream", "retire_when") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"missing {', '.join(missing)} (required unless the patch names its `feature`, "
+                                 "which declares them once)")
+        else:
+            repeated = [f for f in ("upstream", "retire_when") if getattr(self, f) is not None]
+            if repeated:
+                raise ValueError(f"{', '.join(repeated)}: declared by feature {self.feature!r}; a patch of a feature "
+                                 "does not repeat it (remove it here)")
+        return self
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "Patch":
+        k, row = self.kind, declaration_of(self.kind)
+        # fields with their own words first (what they are for, beyond which kind takes them)
+        if self.instances and (not (row.call_shape == "wrap" or row.sets_value) or self.target is None
+                               or "." not in self.target.partition(":")[2]):
+            raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
+                             "of an attribute of each object (target module:Class.attr)")
+        if self.inherited_from is not None:
+            self._check_inherited_from()
+        if self.params and (row.call_shape != "wrap" or self.implementation is None):
+            raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
+        if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
+            raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
+                             "(it runs before anything about the model is known)")
+        found = problems(k.value, {f: getattr(self, f) for f in type(self).model_fields})
+        if found:
+            raise ValueError("; ".join(found))
+        if row.selects_class:
+            if "." in self.target.partition(":")[2]:
+                raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
+                                 f"{self.target!r}")
+            if len(set(self.overrides)) != len(self.overrides):
+                raise ValueError(f"'overrides' names a method twice: {self.overrides}")
+        if self.value is not None and self.value_from is not None:
+            raise ValueError("give 'value' or 'value_from', not both")
+        if len(set(self.params)) != len(self.params):
+            raise ValueError(f"'params' names a parameter twice: {self.params}")
+        if self.reimplements and len(set(self.reimplements)) != len(self.reimplements):
+            raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
+        if self.id in self.requires:
+            raise ValueError("a patch cannot require itself")
+        return self
+
+    def _check_inherited_from(self) -> None:
+        """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
+        if not declaration_of(self.kind).sets_value:
+            raise ValueError(f"'inherited_from' is only for kind set (an inherited class attribute overridden on one "
+                             f"subclass), not {self.kind.value!r}")
+        if self.instances:
+            raise ValueError("give 'instances: true' (an attribute of each object) or 'inherited_from' (a class "
+                             "attribute overridden on one subclass), not both")
+        sub, base = self.target.partition(":")[2], self.inherited_from.partition(":")[2]
+        if "." not in sub:
+            raise ValueError(f"'inherited_from' needs 'target' to name a class attribute (module:Sub.attr), not "
+                             f"{self.target!r}")
+        if "." not in base or base.rpartition(".")[2] != sub.rpartition(".")[2]:
+            raise ValueError(f"'inherited_from' must name the same attribute on a base class "
+                             f"(module:Base.{sub.rpartition('.')[2]}), not {self.inherited_from!r}")
+        if self.inherited_from == self.target:
+            raise ValueError("'inherited_from' names the target itself: give the base class that defines the attribute")
+
+
+# -- manifests (pins.py) ---------------------------------------------------------------------------
+class Fingerprint(Strict):
+    """What a target looked like when pinned: enough to notice an upstream change."""
+
+    kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent",
+                  "instance_attribute"] = Field(
+        description="what is at the place; `absent`: the class does not define the attribute itself (a set with "
+                    "`inherited_from`); `instance_attribute`: no class attribute, but the class's methods (or its "
+                    "bases' in the release) assign `self.attr` (a set with `instances: true`)")
+    signature: Optional[str] = None
+    source_digest: Optional[str] = None
+    wrappers: list[str] = Field(
+        default_factory=list, description="upstream decorator layers (`__wrapped__`) above the function"
+    )
+    value_digest: Optional[str] = Field(
+        default=None,
+        description="digest of a non-callable attribute's value when it is a simple literal (int, float, str, "
+                    "bytes, bool, None, and tuples, frozensets and dicts of those); absent: the value is not pinned",
+    )
+
+
+class ManifestEntry(Strict):
+    patch: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*@[0-9]+$", description="id@version")]
+    targets: dict[Annotated[str, Field(pattern=TARGET)], Fingerprint] = Field(default_factory=dict)
+
+
+class NotApplicable(Strict):
+    patch: Annotated[str, Field(pattern=PATCH_ID)]
+    reason: Annotated[str, Field(min_length=1)]
+
+
+class Manifest(Strict):
+    """Which patch versions apply to one vLLM release, and the pins they were checked against."""
+
+    vllm: Annotated[str, Field(min_length=1)]
+    generated_by: Annotated[str, Field(min_length=1)]
+    patches: list[ManifestEntry]
+    not_applicable: list[NotApplicable] = Field(default_factory=list)
+
+    @field_validator("vllm")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise ValueError(f"not a release version: {v!r}") from None
+        return v
+
+
+# -- a valid file, handed on ---------------------------------------------------------------------
+#: each validating model -> the object it is handed on as (the same fields; schema.py, pins.py)
+OBJECTS: dict[type, type] = {When: schema.When, EnvVar: schema.EnvVar, EnvDefault: schema.EnvDefault,
+                             RetireWhen: schema.RetireWhen, Patch: schema.Patch, Fingerprint: pins.Fingerprint,
+                             ManifestEntry: pins.ManifestEntry, NotApplicable: pins.NotApplicable,
+                             Manifest: pins.Manifest}
+
+
+def to_object(model: BaseModel) -> Any:
+    """A validated model as the object every process reads (its nested models too): fields copied as they are."""
+    return msgspec.convert(model, OBJECTS[type(model)], from_attributes=True)
+
+
+def validate(cls: type, data: Any, **options: Any) -> Any:
+    """`data` validated against the schema of `cls` (schema.Patch, pins.Manifest, ...), as a `cls`; raises
+    pydantic's ValidationError (yaml_files turns it into errors naming the file and the field). `options` go to
+    pydantic's `model_validate` (e.g. strict=False)."""
+    model = next(m for m, obj in OBJECTS.items() if obj is cls)
+    return to_object(model.model_validate(data, **options))
+
+
+__all__ = ["EnvDefault", "EnvVar", "Fingerprint", "Manifest", "ManifestEntry", "NotApplicable", "OBJECTS", "Patch",
+           "RetireWhen", "Strict", "When", "to_object", "validate"]
