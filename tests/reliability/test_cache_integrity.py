@@ -182,7 +182,7 @@ def test_an_entry_with_a_recomputed_digest_but_a_wrong_type_is_refused(tmp_path,
         start(tmp_path)
     assert again.value.record.required is True
     note = next(n for n in cache._sink.notes if n.startswith("cache: rebuilt"))
-    assert "does not fit the schema" in note and "'no' is not bool" in note
+    assert "does not fit the schema" in note and "Expected `bool`, got `str` - at `$.required`" in note
 
 
 def test_a_malformed_vetted_part_with_a_recomputed_digest_is_refused(tmp_path, cache_dir, victim, monkeypatch):

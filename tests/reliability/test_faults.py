@@ -322,16 +322,27 @@ def test_full_disk_keeps_the_last_good_record(tmp_path, vllm_modules, monkeypatc
         if how == "tmpfs-16k":
             _fill(disk)
         else:
-            real_dump = record_mod.json.dump
+            real_fdopen = os.fdopen
 
             class FullDisk:
-                @staticmethod
-                def dump(obj, fh, **kw):
-                    fh.write("{\"half\": ")  # part of the record reaches the file, then the disk is full
-                    fh.flush()
+                """The record file: part of the record reaches it, then the disk is full."""
+
+                def __init__(self, fh):
+                    self.fh = fh
+
+                def __enter__(self):
+                    return self
+
+                def __exit__(self, *exc):
+                    self.fh.close()
+                    return False
+
+                def write(self, data):
+                    self.fh.write(data[:8])
+                    self.fh.flush()
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-            monkeypatch.setattr(record_mod, "json", FullDisk)
+            monkeypatch.setattr(record_mod.os, "fdopen", lambda fd, *a, **kw: FullDisk(real_fdopen(fd, *a, **kw)))
         loader.records["healthy"].calls = 123  # something new to write
         loader.process.notes.append("x" * 20000)  # more than the disk has left
         assert loader.flush() is None  # the failure is a warning, not an exception
