@@ -32,7 +32,6 @@ inside the children of runner.py; it must not import vLLM's target modules at im
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import sys
@@ -59,7 +58,7 @@ def load_sets(sets, manifest_dirs: Optional[dict] = None):
     from vllm_patchkit.declaration.manifest import load_manifests
     from vllm_patchkit.declaration.patchsets import discover
 
-    sources = [dataclasses.replace(s, manifests=Path(manifest_dirs[s.name]))
+    sources = [msgspec.structs.replace(s, manifests=Path(manifest_dirs[s.name]))
                if manifest_dirs and s.name in manifest_dirs else s
                for s in discover(sets, with_env=False)]
     ps = load_patch_set(sources)
