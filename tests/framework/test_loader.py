@@ -463,3 +463,39 @@ def test_the_plugins_loader_leaves_the_stale_search_to_the_flusher(tmp_path, mod
     assert flusher._search_stale() == 1
     assert [f["where"] for f in rec.findings] == [KV_COPY]
     loader.unpatch()
+
+
+def test_two_flushes_at_once_leave_the_newer_snapshot_on_disk(tmp_path, modules, monkeypatch):
+    """Regression (seen in CI: the operator endpoints' note missing from the front end's record): the flusher
+    thread's flush and a patch's note flush ran at once, and the older snapshot, written last, replaced the newer
+    file; nothing rewrote it while no count changed. Here the first flush is held inside its write until the
+    second has started: the second must wait for it, then write what was noted meanwhile."""
+    import threading
+
+    from vllm_patchkit.runtime import loader as loader_mod
+
+    loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
+    loader.run_import_stage()
+    real_write, first_in, release, writes = loader_mod.write_atomic, threading.Event(), threading.Event(), []
+
+    def held_write(path, data):
+        writes.append(data)
+        if len(writes) == 1:
+            first_in.set()
+            release.wait(10)
+        real_write(path, data)
+
+    monkeypatch.setattr(loader_mod, "write_atomic", held_write)
+    older = threading.Thread(target=loader.flush)
+    older.start()
+    assert first_in.wait(10)
+    loader.records["kv"].detail["noted"] = "after the first snapshot"
+    newer = threading.Thread(target=loader.flush)
+    newer.start()
+    newer.join(0.5)  # unserialised, it writes now, before the older one
+    release.set()
+    older.join(10), newer.join(10)
+    path = tmp_path / "status" / loader.process.run_id / f"frontend-{os.getpid()}.json"
+    [row] = [r for r in json.loads(path.read_text())["patches"] if r["patch"] == "kv@1"]
+    assert row["detail"].get("noted") == "after the first snapshot"
+    loader.unpatch()

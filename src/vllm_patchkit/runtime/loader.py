@@ -12,6 +12,7 @@ from __future__ import annotations
 import graphlib
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -96,6 +97,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             warnings=[] if self.manifest_note.startswith("manifest ") else [self.manifest_note],
         )
         self.records: dict[str, PatchRecord] = {}
+        self._flushing = threading.RLock()  # the flusher thread, a note's flush: the newer snapshot is written last
         self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
         # vetted: what the start-up cache's writer already checked of these very sets (sets_cache.Vetted)
         self._check_modules(vetted.modules if vetted else frozenset())
@@ -346,24 +348,27 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         return total
 
     def flush(self) -> Optional[Path]:
-        """Write this process's records; a failure to write is a warning, never fatal."""
+        """Write this process's records; a failure to write is a warning, never fatal. One flush at a time (the
+        flusher thread's and a patch's note may coincide): unserialised, an older snapshot could replace a newer
+        file and stay there until the next count changed."""
         if not self.write_records:
             return None
-        self.check_in_place()
-        self.sync_calls()
-        self.process.updated = time.time()
-        self.process.patches = list(self.records.values())
-        try:
-            path = process_file(self.status_dir or default_status_dir(), self.process)
-        except RuntimeError as exc:  # Path.home() with no home directory (arbitrary uid in a container)
-            log.warning("vllm-patchkit: no status directory (%s); set VLLM_PATCHKIT_STATUS_DIR", exc)
-            return None
-        try:
-            write_atomic(path, self.process.to_json())
-        except OSError as exc:
-            log.warning("vllm-patchkit: cannot write records to %s: %s", path, exc)
-            return None
-        return path
+        with self._flushing:
+            self.check_in_place()
+            self.sync_calls()
+            self.process.updated = time.time()
+            self.process.patches = list(self.records.values())
+            try:
+                path = process_file(self.status_dir or default_status_dir(), self.process)
+            except RuntimeError as exc:  # Path.home() with no home directory (arbitrary uid in a container)
+                log.warning("vllm-patchkit: no status directory (%s); set VLLM_PATCHKIT_STATUS_DIR", exc)
+                return None
+            try:
+                write_atomic(path, self.process.to_json())
+            except OSError as exc:
+                log.warning("vllm-patchkit: cannot write records to %s: %s", path, exc)
+                return None
+            return path
 
     def _log_summary(self, stage: str) -> None:
         c = self.counts()
