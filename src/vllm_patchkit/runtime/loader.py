@@ -350,8 +350,9 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
     def flush(self) -> Optional[Path]:
         """Write this process's records; a failure to write is a warning, never fatal. One flush at a time (the
         flusher thread's and a patch's note may coincide): unserialised, an older snapshot could replace a newer
-        file and stay there until the next count changed."""
-        if not self.write_records:
+        file and stay there until the next count changed. A forked child never writes its parent's record (nor
+        waits on a lock a thread of the parent held at the fork)."""
+        if not self.write_records or os.getpid() != self.process.pid:
             return None
         with self._flushing:
             self.check_in_place()
