@@ -24,7 +24,9 @@ def _copy(tmp_path: Path, rel: str, edit) -> Path:
 
 def test_not_retirable_on_the_installed_release():
     assert r.uniform_decode_checks_prompts(ROOT) is None
-    assert r.breakable_cudagraph_not_auto_enabled(ROOT) is None
+    kept = r.breakable_cudagraph_not_auto_enabled(ROOT)
+    assert kept.retirable is False and "DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES lists 'DeepseekV4ForCausalLM'" \
+        in kept.evidence
 
 
 def test_uniform_decode_fixed_upstream_is_seen(tmp_path):
@@ -38,14 +40,46 @@ def test_uniform_decode_fixed_upstream_is_seen(tmp_path):
     assert "num_prompt_tokens" in r.uniform_decode_checks_prompts(root)
 
 
-def test_auto_enable_removed_upstream_is_seen(tmp_path):
+def test_auto_enable_dropped_for_v4_upstream_is_seen(tmp_path):
+    """The fix upstream: vLLM's default-architecture set no longer lists the plugin's architectures."""
+    def drop(src: str) -> str:
+        for arch in r.PLUGIN_ARCHS:
+            assert f'"{arch}",' in src
+            src = src.replace(f'"{arch}",', "")
+        return src
+
+    root = _copy(tmp_path, r.CONFIG, drop)
+    answer = r.breakable_cudagraph_not_auto_enabled(root)
+    assert answer.retirable is True and "no longer auto-enables" in answer.evidence
+
+
+def test_the_environ_write_gone_is_no_evidence(tmp_path):
+    """Regression (vLLM 0.34.0): the decision moved from `os.environ[...] = "1"` into
+    `compilation_config.use_breakable_cudagraph`; the probe said "retirable" because the write was gone."""
     def drop(src: str) -> str:
         line = 'os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1"'
         assert line in src
-        return src.replace(line, "pass")
+        return src.replace(line, "self.compilation_config.use_breakable_cudagraph = True")
 
     root = _copy(tmp_path, r.CONFIG, drop)
-    assert "no longer auto-enables" in r.breakable_cudagraph_not_auto_enabled(root)
+    assert r.breakable_cudagraph_not_auto_enabled(root).retirable is False
+
+
+def test_decision_not_found_is_an_error(tmp_path):
+    def drop(src: str) -> str:
+        assert "self._uses_breakable_cudagraph_by_default()" in src
+        return src.replace("self._uses_breakable_cudagraph_by_default()", "False")
+
+    root = _copy(tmp_path, r.CONFIG, drop)
+    with pytest.raises(LookupError, match="probe must be updated"):
+        r.breakable_cudagraph_not_auto_enabled(root)
+
+
+def test_vllm_034_still_auto_enables_v4():
+    root = zipfile.Path(cached_wheel_or_skip("0.34.0"))
+    kept = r.breakable_cudagraph_not_auto_enabled(root)
+    assert kept.retirable is False
+    assert kept.evidence.startswith("vllm/config/vllm.py:105: DEFAULT_BREAKABLE_CUDAGRAPH_ARCHITECTURES lists")
 
 
 def test_code_gone_is_an_error_not_a_silent_no(tmp_path):
@@ -58,4 +92,4 @@ def test_code_gone_is_an_error_not_a_silent_no(tmp_path):
 def test_reads_a_wheel_without_installing_it():
     root = zipfile.Path(cached_wheel_or_skip("0.33.0"))
     assert r.uniform_decode_checks_prompts(root) is None
-    assert r.breakable_cudagraph_not_auto_enabled(root) is None
+    assert r.breakable_cudagraph_not_auto_enabled(root).retirable is False

@@ -126,12 +126,15 @@ _FIX = {
     "override": "define the override the patch declares, or remove it from `overrides` (a new patch version)",
     "undeclared_override": "list the override in `overrides` (a new patch version) and pin it",
     "config_field": "fix `config_field`, or the value someone else put in that field",
+    "precondition_unknown": "the framework cannot read this precondition's fact on vLLM {v} (upstream removed or "
+                            "renamed what it reads): teach `declaration/preconditions.py` to read it there (report "
+                            "it), or serve a release whose facts it reads",
     "requires": "make the patch it requires apply first (its own row says why it did not)",
     "apply": "installing it raised: report a bug with this message",
 }
 
 # failures another vLLM release could cure (the target or its pin); the rest are the plugin's or someone else's
-_RELEASE_BOUND = frozenset({"unavailable", "target", "copy", "uses", "kind", "unpinned", "fingerprint"})
+_RELEASE_BOUND = frozenset({"precondition_unknown", "unavailable", "target", "copy", "uses", "kind", "unpinned", "fingerprint"})
 
 
 def remedies(code: str, pid: str, installed: str, manifests: dict) -> str:

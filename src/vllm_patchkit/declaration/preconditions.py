@@ -5,12 +5,19 @@ At the config-ready point: what the VllmConfig says (architectures, which class
 the registry serves them with, runner, prefix caching, speculative decoding,
 cudagraph mode). A failing precondition is returned as a value with expected
 and actual, so the record can say exactly why a patch was skipped.
+
+A fact the framework cannot read on a release (vLLM removed the field it reads,
+the registry cannot be asked) is None in the facts: *unknown*, never *unmet*. A
+conjunction with a known false part is unmet (the patch is not needed, whatever
+the unknown part says); otherwise an unknown part makes the answer `Unknown`,
+which the loader refuses for a required patch and warns about for an optional
+one — never a quiet "not needed".
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Union
 
 from msgspec import Struct, field
 from packaging.version import Version
@@ -27,6 +34,16 @@ class Unmet(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper 
 
     def __str__(self) -> str:
         return f"{self.field}: expected {self.expected}, actual {self.actual}"
+
+
+class Unknown(NamedTuple):
+    """A precondition whose fact this process cannot read on this release: neither met nor unmet."""
+
+    field: str
+    expected: Any
+
+    def __str__(self) -> str:
+        return f"{self.field}: expected {self.expected}, actual unknown (this release does not let the framework read it)"
 
 
 class Facts(Struct):
@@ -63,26 +80,62 @@ def served_by_module(arch: str) -> Optional[str]:
     return module
 
 
+#: the V1 GPU model runner's module: a release without it (vLLM >= 0.34) runs the V2 runner only
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+
+
+def _module_exists(name: str) -> Optional[bool]:
+    """Whether vLLM ships module `name`, found without importing it (None: cannot tell)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):
+        return None
+
+
 def runner_of(vllm_config: Any) -> Optional[str]:
+    """Which model runner this configuration selects: read from the release, or None (unknown).
+
+    vLLM 0.31-0.33 choose per config (`VllmConfig.use_v2_model_runner`); 0.34 removed the V1 runner with the
+    property, so there the release itself says "v2" — but only when its V1 module is really gone and the V2
+    one is there: a release that lost the property for another reason is unknown, never assumed.
+    """
     try:
         return "v2" if vllm_config.use_v2_model_runner else "v1"
+    except AttributeError:
+        pass
     except Exception:
+        return None
+    if _module_exists(V1_RUNNER_MODULE) is False and _module_exists(V2_RUNNER_MODULE) is True:
+        return "v2"
+    return None
+
+
+def _served_by(arch: str) -> Optional[str]:
+    try:
+        return served_by_module(arch)
+    except Exception:  # the registry cannot be asked on this release: unknown, never "served by vLLM"
         return None
 
 
 def config_facts(vllm_config: Any) -> dict:
     """The configuration facts preconditions read, as plain data (also shown by `status`)."""
     mc = getattr(vllm_config, "model_config", None)
-    archs = list(getattr(mc, "architectures", None) or []) if mc is not None else []
+    archs = getattr(mc, "architectures", None) if mc is not None else None
+    archs = None if archs is None and mc is None else list(archs or [])
     cache = getattr(vllm_config, "cache_config", None)
     comp = getattr(vllm_config, "compilation_config", None)
     mode = getattr(comp, "cudagraph_mode", None)
+    prefix = getattr(cache, "enable_prefix_caching", None)
     return {
-        "architectures": archs,
-        "served_by": {a: served_by_module(a) for a in archs},
+        "architectures": archs,  # None: no model config to read (unknown); [] a config that names none
+        "served_by": {a: _served_by(a) for a in archs or []},
         "runner": runner_of(vllm_config),
-        "prefix_caching": getattr(cache, "enable_prefix_caching", None),
-        "speculative": getattr(vllm_config, "speculative_config", None) is not None,
+        "prefix_caching": prefix if isinstance(prefix, bool) else None,
+        "speculative": (getattr(vllm_config, "speculative_config") is not None
+                        if hasattr(vllm_config, "speculative_config") else None),
         "cudagraph_mode": getattr(mode, "name", None if mode is None else str(mode)),
     }
 
@@ -144,34 +197,62 @@ def held(when: When, config: dict) -> str:
     return "; ".join(parts) or "it has no preconditions"
 
 
-def unmet_at_import(when: When, facts: Facts) -> Optional[Unmet]:
+Judgement = Optional[Union[Unmet, Unknown]]
+
+
+def unmet_at_import(when: When, facts: Facts) -> Judgement:
+    """The first import-time precondition that does not hold (`Unmet`), else one that cannot be read (`Unknown`)."""
     if not version_matches(when, facts.vllm_version):
         return Unmet("vllm", when.vllm, facts.vllm_version)
-    if when.platform is not None and facts.platform not in when.platform:
-        return Unmet("platform", when.platform, facts.platform)
     for name, want in (when.env or {}).items():
         got = facts.env.get(name)
         if got != want:
             return Unmet(f"env.{name}", "unset" if want is None else repr(want), "unset" if got is None else repr(got))
+    if when.platform is not None:
+        if facts.platform is None:
+            return Unknown("platform", when.platform)
+        if facts.platform not in when.platform:
+            return Unmet("platform", when.platform, facts.platform)
     return None
 
 
-def unmet_at_config(when: When, config: dict) -> Optional[Unmet]:
-    archs = config.get("architectures") or []
+def unmet_at_config(when: When, config: dict) -> Judgement:
+    """The first config-time precondition that does not hold (`Unmet`); if none does not, the first whose fact is
+    unknown (`Unknown`): a known false part decides the conjunction, an unknown part never does."""
+    unknown: Optional[Unknown] = None
+    archs = config.get("architectures")
     if when.architectures is not None:
-        matched = [a for a in archs if a in when.architectures]
-        if not matched:
-            return Unmet("architectures", when.architectures, archs)
+        if archs is None:
+            unknown = Unknown("architectures", when.architectures)
+            matched: list = []
+        else:
+            matched = [a for a in archs if a in when.architectures]
+            if not matched:
+                return Unmet("architectures", when.architectures, archs)
     else:
-        matched = archs
-    if when.served_by is not None:
+        matched = list(archs or [])
+    if when.served_by is not None and unknown is None:
         served = config.get("served_by") or {}
-        if not any(served_ok(when.served_by, served.get(a)) for a in matched):
-            return Unmet("served_by", when.served_by, {a: served.get(a) for a in matched})
+        if archs is None:
+            unknown = Unknown("served_by", when.served_by)
+        elif not any(served_ok(when.served_by, served.get(a)) for a in matched):
+            if any(served.get(a) is None for a in matched):
+                unknown = unknown or Unknown("served_by", when.served_by)
+            else:
+                return Unmet("served_by", when.served_by, {a: served.get(a) for a in matched})
     for name in ("runner", "prefix_caching", "speculative"):
         want = getattr(when, name)
-        if want is not None and config.get(name) != want:
-            return Unmet(name, want, config.get(name))
-    if when.cudagraph_mode is not None and config.get("cudagraph_mode") not in when.cudagraph_mode:
-        return Unmet("cudagraph_mode", when.cudagraph_mode, config.get("cudagraph_mode"))
-    return None
+        if want is None:
+            continue
+        got = config.get(name)
+        if got is None:
+            unknown = unknown or Unknown(name, want)
+        elif got != want:
+            return Unmet(name, want, got)
+    if when.cudagraph_mode is not None:
+        got = config.get("cudagraph_mode")
+        if got is None:
+            unknown = unknown or Unknown("cudagraph_mode", when.cudagraph_mode)
+        elif got not in when.cudagraph_mode:
+            return Unmet("cudagraph_mode", when.cudagraph_mode, got)
+    return unknown

@@ -11,7 +11,7 @@ import sys
 from typing import Any, NamedTuple, Optional, Union
 
 from vllm_patchkit.declaration.errors import RequiredPatchUnavailable, remedies
-from vllm_patchkit.declaration.preconditions import held, unmet_at_config, unmet_at_import
+from vllm_patchkit.declaration.preconditions import Unknown, held, unmet_at_config, unmet_at_import
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched, refusal_message
@@ -64,7 +64,8 @@ class Decisions:
                 continue
             if allowed_unpatched(patch.id):
                 continue
-            if unmet_at_import(patch.when, self.facts) is not None or unmet_at_config(patch.when, cfg) is not None:
+            judged = unmet_at_import(patch.when, self.facts) or unmet_at_config(patch.when, cfg)
+            if judged is not None and not isinstance(judged, Unknown):  # unknown: cannot tell it is not needed
                 continue
             owners = ", ".join(p.value for p in patch.processes)
             self._refuse_unavailable(patch, why, f"the {owners} process(es) will need it: {held(patch.when, cfg)}")
@@ -96,6 +97,20 @@ class Decisions:
         rec.detail["remedy"] = remedies(code, patch.id, self.vllm_version, self.manifests)
         return rec
 
+    def _unknown_fact(self, patch: Patch, unknown: Unknown) -> Settled:
+        """A precondition this release does not let the framework read: the patch may be needed. Required: it
+        fails (start-up stops, naming the fact and the release); optional: skipped with a warning. Never a quiet
+        'not needed'."""
+        reason = (f"may be needed here: its precondition {unknown.field} (expected {unknown.expected}) cannot be "
+                  f"read on vLLM {self.vllm_version}; an unknown fact is never taken as unmet")
+        if patch.required:
+            self._required_failed(patch, "precondition_unknown", reason, unknown.expected, "unknown")
+            return SETTLED
+        rec = self.records[patch.id]
+        rec.set(SKIPPED, "precondition_unknown", reason, unknown.expected, "unknown")
+        self._warn(rec, f"optional patch {patch.key} {reason}")
+        return SETTLED
+
     def _warn(self, rec: PatchRecord, message: str) -> None:
         rec.warning = message
         log.warning("vllm-patchkit: %s", message)
@@ -110,6 +125,8 @@ class Decisions:
         unmet = unmet_at_import(patch.when, self.facts)
         if unmet is None and stage == "config":
             unmet = unmet_at_config(patch.when, cfg or {})
+        if isinstance(unmet, Unknown):
+            return self._unknown_fact(patch, unmet)
         if unmet is not None:
             rec.set(SKIPPED, "precondition", kind.not_needed(unmet), unmet.expected, unmet.actual)
             return SETTLED

@@ -34,7 +34,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_patchkit.tools import live
-from vllm_patchkit.upstream.findings import Breakage, BreakageKind
+from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.baseline import Baseline, exact, older_entry, pinned_release, with_source_diffs
 from vllm_patchkit.tools.command_args import add_release_args, patch_set_and_manifest_dir
@@ -48,23 +48,26 @@ from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.upstream.targets import load_object
 
 
-def retirement(release: Release, patch: Patch) -> tuple[Optional[str], list[Breakage]]:
-    """Why the patch can be retired on this release (None: it cannot), and a probe failure if any."""
+def retirement(release: Release, patch: Patch) -> tuple[Optional[str], list[Breakage], Optional[str]]:
+    """Why the patch can be retired on this release (None: it cannot), a probe failure if any, and the
+    evidence a probe read that it must stay (a `ProbeAnswer` that is not retirable)."""
     rw = patch.retire_when
     version = release.version()
     if rw.vllm is not None and version is not None:
         if SpecifierSet(rw.vllm).contains(Version(version), prereleases=True):
-            return f"retire_when.vllm {rw.vllm!r} contains {version}", []
-        return None, []
+            return f"retire_when.vllm {rw.vllm!r} contains {version}", [], None
+        return None, [], None
     if rw.probe is not None:
         try:
             said = load_object(rw.probe)(release.probe_root())
         except Exception as exc:  # a probe's failure is a finding, never swallowed
             return None, [Breakage(BreakageKind.probe_error, patch.key, rw.probe,
-                                   detail=f"{type(exc).__name__}: {exc}")]
+                                   detail=f"{type(exc).__name__}: {exc}")], None
+        if isinstance(said, ProbeAnswer):
+            return (said.evidence, [], None) if said.retirable else (None, [], said.evidence)
         if said:
-            return (said if isinstance(said, str) else f"probe {rw.probe} detects the upstream fix"), []
-    return None, []
+            return (said if isinstance(said, str) else f"probe {rw.probe} detects the upstream fix"), [], None
+    return None, [], None
 
 
 def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
@@ -86,7 +89,7 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
         res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
         patch = patch_set.patches.get(res.patch, newest)
         res.file = patch_set.files.get(patch.key)
-        res.retire, probe_errors = retirement(release, patch)
+        res.retire, probe_errors, res.kept = retirement(release, patch)
         res.breakages.extend(probe_errors)
         if probe_errors and res.status == "ok":
             res.status = "broken"

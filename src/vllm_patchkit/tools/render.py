@@ -21,6 +21,8 @@ def render_text(report: Report) -> str:
             lines.append(f"            note: {r.note}")
         if r.retire:
             lines.append(f"            retirable: {r.retire}")
+        elif r.kept:
+            lines.append(f"            not retirable: {r.kept}")
     findings = report.findings()
     if findings:
         lines.append("breakages, by target:")

@@ -21,11 +21,12 @@ class PatchResult:
     pins_from: Optional[str] = None  # the release whose pins were compared
     note: str = ""
     retire: Optional[str] = None
+    kept: Optional[str] = None  # a probe's evidence that the patch must stay (the release's line that decides)
     file: Optional[str] = None
 
     def as_dict(self) -> dict:
         return {"patch": self.patch, "status": self.status, "pins_from": self.pins_from, "note": self.note,
-                "retirable": self.retire, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
+                "retirable": self.retire, "kept": self.kept, "file": self.file, "breakages": [b.as_dict() for b in self.breakages]}
 
 
 @dataclass(frozen=True)

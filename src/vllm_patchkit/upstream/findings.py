@@ -14,6 +14,16 @@ from typing import Any, NamedTuple, Optional
 from msgspec import Struct, field
 
 
+class ProbeAnswer(NamedTuple):
+    """A retirement probe's answer with the evidence read from the release (file:line and what it says).
+
+    `retirable` must rest on positive evidence that the fix is upstream; the absence of the old code is no
+    evidence (a probe that cannot find what decides raises: `check` reports it, never "retirable")."""
+
+    retirable: bool
+    evidence: str
+
+
 # -- findings -----------------------------------------------------------------------------------
 class BreakageKind(str, Enum):
     target_removed = "target_removed"
