@@ -113,3 +113,27 @@ def breakable_cudagraph_not_auto_enabled(root: Any) -> ProbeAnswer:
     return ProbeAnswer(True, f"{CONFIG}: the architecture sets VllmConfig._uses_breakable_cudagraph_by_default "
                        f"reads ({', '.join(sorted(sets))}) list none of {', '.join(PLUGIN_ARCHS)}: vLLM no longer "
                        "auto-enables breakable CUDA graphs for them")
+
+
+V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
+
+
+def v2_prefill_never_decode_graph(root: Any) -> ProbeAnswer:
+    """batch-dispatch-override-v2: retirable only when every assignment of `decode_graph_eligible` in the V2
+    runner's `gather_batch_req_state` is `not has_prefill` (a prefilling row never eligible); any other
+    assignment (the one-token-tail exception) keeps the patch, named by its line."""
+    fn = _function(_tree(root, V2_RUNNER), "GPUModelRunner", "gather_batch_req_state")
+    assigns = [node for node in ast.walk(fn) if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "decode_graph_eligible" for t in node.targets)]
+    if not assigns:
+        raise LookupError("GPUModelRunner.gather_batch_req_state assigns no decode_graph_eligible: the probe must "
+                          "be updated for this release")
+    for node in assigns:
+        value = node.value
+        if not (isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)
+                and isinstance(value.operand, ast.Name) and value.operand.id == "has_prefill"):
+            return ProbeAnswer(False, f"{V2_RUNNER}:{node.lineno}: decode_graph_eligible = "
+                               f"{ast.unparse(value)} can make a step with a prefilling row eligible for the FULL "
+                               "decode graph")
+    return ProbeAnswer(True, f"{V2_RUNNER}:{assigns[0].lineno}: gather_batch_req_state makes a step decode-graph "
+                       "eligible only without prefilling rows (decode_graph_eligible = not has_prefill)")

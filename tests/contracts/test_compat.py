@@ -91,6 +91,27 @@ def test_a_used_callable_that_changed_breaks_the_patch(seed):
     assert judge(patch, b).breaking is True and "calls this upstream callable" in judge(patch, b).compat
 
 
+def test_a_used_callable_gaining_a_trailing_optional_parameter_keeps_its_callers(seed):
+    """Regression (vLLM 0.34.0, `_auto_fit_max_model_len` gained `after_warmup=False` at the end): a caller that
+    does not pass a new defaulted parameter is unaffected; only a required one, or one inserted in front
+    (reported as positional_shift), breaks it."""
+    ps, _ = seed
+    patch = ps.patches["kv-config-hook@2"]
+    used = next(u for u in patch.uses if u.endswith("_auto_fit_max_model_len"))
+    added = Breakage(K.optional_parameter_added, patch.key, used, parameter="after_warmup", new="after_warmup=False")
+    assert judge(patch, added).breaking is False and "shifts no positional argument" in judge(patch, added).compat
+    required = Breakage(K.required_parameter_added, patch.key, used, parameter="after_warmup", new="after_warmup")
+    assert judge(patch, required).breaking is True
+
+
+def test_kv_config_hook_on_vllm_034_is_compatible_with_after_warmup(seed):
+    ps, pins = seed
+    patch = ps.patches["kv-config-hook@2"]
+    _, found = examine(_release("0.34.0"), patch, dict(_entry(pins["0.33.0"], "kv-config-hook").targets))
+    added = [b for b in found if b.kind is K.optional_parameter_added and b.parameter == "after_warmup"]
+    assert added and not added[0].breaking
+
+
 def test_check_reports_compatible_drift_as_carry_with_exit_zero(seed):
     from vllm_patchkit.tools.check import check
 

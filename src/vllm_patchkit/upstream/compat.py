@@ -211,6 +211,10 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
     if b.kind not in SIGNATURE:
         return True, _ALWAYS.get(b.kind, "not a signature difference")
     if b.target in patch.uses:
+        if b.kind is K.optional_parameter_added:  # an insertion in front is reported as positional_shift instead
+            return False, (f"the implementation calls this upstream callable; the new parameter {b.parameter!r} is "
+                           "optional and shifts no positional argument, so its calls, which cannot pass it, bind "
+                           "as before and get upstream's default")
         return True, "the implementation calls this upstream callable with arguments of its own"
     if traits(patch).call_shape == "replace":
         return True, "a replace stands in the target's place: it must take the new signature"

@@ -83,6 +83,17 @@ def absolute(module: Optional[str], level: int, package: str) -> str:
     return ".".join([*base, module] if module else base)
 
 
+def _field_without_default(value: ast.expr) -> bool:
+    """`x: T = field(...)` with no `default=`: a dataclass deletes the class attribute (its default is MISSING;
+    `default_factory` too), so instances have it and the class does not — as vLLM 0.34.0's
+    `KVCacheConfig.needs_kv_cache_zeroing` (a property on 0.33.0) is. Read as no class attribute, as live."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return name == "field" and not value.args and all(k.arg != "default" for k in value.keywords)
+
+
 def bind(stmts: list[ast.stmt], scope: Scope, package: str) -> None:
     """Record what each statement binds, in execution order (a later binding wins)."""
     for st in stmts:
@@ -111,7 +122,8 @@ def bind(stmts: list[ast.stmt], scope: Scope, package: str) -> None:
                         if isinstance(e, ast.Name):
                             scope.names[e.id] = Value(None)
         elif isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
-            scope.names[st.target.id] = Value(st.value)
+            if not _field_without_default(st.value):
+                scope.names[st.target.id] = Value(st.value)
         elif isinstance(st, ast.If):
             if _is_type_checking(st.test):
                 bind(st.orelse, scope, package)
