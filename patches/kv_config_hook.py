@@ -329,6 +329,19 @@ def get_kv_cache_configs_planning(wrapped, instance, args, kwargs, ctx):
     return _sized(wrapped, args, kwargs, ctx, regroup=regroup, refit=refit)
 
 
+def _extensible_refusal(adapter: ModelAdapter, vllm_config) -> Optional[str]:
+    """vLLM >= 0.34's extensible KV cache (on by default on CUDA/ROCm; `cache_config.enable_extensible_kv_cache`
+    settled by VllmConfig) re-fits max_model_len after warmup over every group and commits memory for the first
+    `num_blocks` blocks only: the slot area this hook withholds past them would not survive it. Refused for the
+    adapter's model, with the flag that turns it off; None where the release has no such cache or it is off."""
+    if getattr(vllm_config.cache_config, "enable_extensible_kv_cache", None) is not True:
+        return None
+    return (f"vllm-patchkit: {PATCH_ID}: vLLM's extensible KV cache (cache_config.enable_extensible_kv_cache) is on "
+            f"for {adapter.name}: after warmup it re-fits max_model_len over every group, the image groups "
+            "included, and keeps memory only for the blocks it counts, which drops the per-request slot area "
+            "this hook withholds from the pool. Serve with --no-enable-extensible-kv-cache")
+
+
 def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
     """Steps 1-6 of the module docstring; `regroup`/`refit` are what differs between vLLM releases."""
     vllm_config = ctx.arg(args, kwargs, "vllm_config")
@@ -340,6 +353,10 @@ def _sized(wrapped, args, kwargs, ctx: PatchContext, *, regroup, refit):
                        "layers": sum(len(w) for w in kv_cache_specs)})
         return wrapped(*args, **kwargs)
 
+    extensible = _extensible_refusal(adapter, vllm_config)
+    if extensible is not None:
+        _decided(ctx, {"decision": "refused", "adapter": adapter.name, "message": extensible})
+        ctx.refuse(extensible)
     try:
         plan = plan_pool(adapter, vllm_config, kv_cache_specs, available_memory)
     except PoolTooSmall as exc:

@@ -89,7 +89,10 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
         res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
         patch = patch_set.patches.get(res.patch, newest)
         res.file = patch_set.files.get(patch.key)
-        res.retire, probe_errors, res.kept = retirement(release, patch)
+        if res.status == "not_applicable":  # the release has no place for it: nothing to retire or keep here
+            probe_errors = []
+        else:
+            res.retire, probe_errors, res.kept = retirement(release, patch)
         res.breakages.extend(probe_errors)
         if probe_errors and res.status == "ok":
             res.status = "broken"
