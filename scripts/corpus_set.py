@@ -48,7 +48,7 @@ def write_set(plugin: str, out: Path) -> tuple[Path, Path]:
     for patch in cat.patches():
         doc = _pruned(msgspec.to_builtins(patch))
         (patches / f"{patch.id}-{patch.version}.yaml").write_text(
-            f"# {cat.plugin} {cat.version}: written by scripts/corpus_set.py from tests/corpus/{plugin}/catalogue.yaml\n"
+            f"# {cat.plugin} {cat.version}: by scripts/corpus_set.py from tests/corpus/{plugin}/catalogue.yaml\n"
             + yaml.safe_dump(doc, sort_keys=False, width=120))
     ps = load_patch_set([patches])
     pinned = pin_release(open_release(PINNED_ON), ps, {}, generated_by="scripts/corpus_set.py")

@@ -221,7 +221,8 @@ def _cmd_matrix(args) -> int:
     try:
         ps, mdirs = patch_set_and_manifest_dir(args)
         manifests, paths = read_manifests(mdirs, ps)
-        m = matrix.run(args.vllm, ps, manifests, baseline=args.baseline, paths=paths)
+        m = matrix.run(args.vllm, ps, manifests,
+                       lambda rel: check(rel, ps, manifests, baseline=args.baseline, paths=paths))
     except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
         print(f"vllm-patchkit check: {exc}", file=sys.stderr)
         return 2

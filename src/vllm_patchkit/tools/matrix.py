@@ -15,7 +15,7 @@ patch that is broken, stale, unpinned, or not applicable by a tool's mark the lo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -24,7 +24,7 @@ from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools.baseline import exact
-from vllm_patchkit.tools.releases import ReleaseError, cached_versions, open_release
+from vllm_patchkit.tools.releases import Release, ReleaseError, cached_versions, open_release
 from vllm_patchkit.tools.report import PatchResult, Report
 from vllm_patchkit.tools.requirement import Requirement, requirement
 from vllm_patchkit.upstream.installed import installed_root, installed_version
@@ -134,8 +134,8 @@ class Matrix:
         for rel in self.supported():
             if exact(self.manifests, rel) is None:
                 out.append(f"{rel} has no manifest of its own (judged against older pins): run `vllm-patchkit pin "
-                           f"--vllm {rel}` and ship the manifest with the line: without it the loader treats {rel} as a release "
-                           "nobody pinned (VLLM_PATCHKIT_ON_UNKNOWN_VLLM, docs/troubleshooting.md)")
+                           f"--vllm {rel}` and ship the manifest with the line: without it the loader treats {rel} "
+                           "as a release nobody pinned (VLLM_PATCHKIT_ON_UNKNOWN_VLLM, docs/troubleshooting.md)")
             optional = [r.patch for r in self.reports[rel].results
                         if r.status not in FITS and not getattr(self._patch(r), "required", True)]
             if optional:
@@ -147,11 +147,10 @@ class Matrix:
         return max(r.exit_code() for r in self.reports.values())
 
 
-def run(selection: str, patch_set: PatchSet, manifests: dict[str, Manifest], *, baseline: Optional[str] = None,
-        paths: Optional[dict[str, str]] = None) -> Matrix:
-    """Open every selected release first (one error naming each that cannot be read), then check each."""
-    from vllm_patchkit.tools.check import check
-
+def run(selection: str, patch_set: PatchSet, manifests: dict[str, Manifest],
+        judge: Callable[[Release], Report]) -> Matrix:
+    """Open every selected release first (one error naming each that cannot be read), then judge each
+    (`judge`: `check.check` with the set, its manifests and the command's options)."""
     releases = select(selection, known_releases(manifests))
     opened, failed = {}, []
     for rel in releases:
@@ -161,5 +160,5 @@ def run(selection: str, patch_set: PatchSet, manifests: dict[str, Manifest], *, 
             failed.append(f"{rel}: {exc}")
     if failed:
         raise ReleaseError("cannot read every selected release:\n  " + "\n  ".join(failed))
-    reports = {rel: check(opened[rel], patch_set, manifests, baseline=baseline, paths=paths) for rel in releases}
+    reports = {rel: judge(opened[rel]) for rel in releases}
     return Matrix(releases, reports, patch_set, manifests)

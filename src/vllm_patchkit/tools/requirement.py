@@ -57,12 +57,14 @@ def requirement(examined: Iterable[str], supported: Iterable[str], name: str = "
             "or refused there",))
     lo, hi = min(good), max(good)
     lo_s, hi_s = dict(ex)[lo], dict(ex)[hi]
+    # an ordered bound takes no local label (`+g1234`): the public version, which admits the local build
+    lo_b, hi_b = (v.public if v.local else s for v, s in ((lo, lo_s), (hi, hi_s)))
     holes, notes = _holes(ex, good, lo, hi)
-    bounds = [f"=={lo_s}"] if lo == hi else [f">={lo_s}", f"<={hi_s}"]
+    bounds = [f"=={lo_s}"] if lo == hi else [f">={lo_b}", f"<={hi_b}"]
     line = name + ",".join(bounds + [c for c, _ in holes])
     above = [v for v, _ in ex if v > hi]
-    nxt = dict(ex)[above[0]] if above else f"{hi.major}.{hi.minor + 1}"
-    wider = name + ",".join([f">={lo_s}", f"<{nxt}"] + [c for c, _ in holes])
+    nxt = above[0].public if above else f"{hi.major}.{hi.minor + 1}"
+    wider = name + ",".join([f">={lo_b}", f"<{nxt}"] + [c for c, _ in holes])
     _verify(line, ex, good)
     _verify(wider, ex, good)
     if lo < hi:
