@@ -66,6 +66,7 @@ def select(arg: str, known: list[str]) -> list[str]:
                 Version(part)
             except InvalidVersion:
                 raise ValueError(f"--vllm {arg!r}: {part!r} is not a release version") from None
+            part = next((k for k in known if Version(k) == Version(part)), part)  # 0.31 is the known 0.31.0
             if all(Version(part) != Version(c) for c in chosen):
                 chosen.append(part)
         chosen.sort(key=Version)
