@@ -175,3 +175,14 @@ def test_github_format_ends_with_the_requirement_notice(toy, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("::error ") and "needs-g@1 breaks on vLLM 2.0.0" in line for line in lines)
     assert lines[-1] == "::notice title=vLLM requirement line::vllm>=1.0.0,<=3.0.0,!=2.0.* (supported: 1.0.0, 3.0.0)"
+
+
+def test_a_result_for_a_patch_the_set_does_not_hold_is_never_read_as_supported(toy):
+    """Whether it is required cannot be told: the release is not supported (fail closed, not open)."""
+    from vllm_patchkit.tools.matrix import Matrix
+    from vllm_patchkit.tools.report import PatchResult, Report
+
+    ps = load_patch_set([toy.patch_dir])
+    m = Matrix(["1.0.0"], {"1.0.0": Report("1.0.0", "test", [PatchResult("ghost@1", "ok")])}, ps, {})
+    assert m.blockers("1.0.0") == ["ghost@1 is not in the patch set"]
+    assert m.supported() == [] and m.requirement().line is None

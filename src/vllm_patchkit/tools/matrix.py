@@ -115,7 +115,10 @@ class Matrix:
         out = []
         for res in self.reports[release].results:
             patch = self._patch(res)
-            if patch is None or not patch.required:
+            if patch is None:  # cannot tell whether it is required: never read as supported
+                out.append(f"{res.patch} is not in the patch set")
+                continue
+            if not patch.required:
                 continue
             if res.status not in FITS:
                 out.append(f"{res.patch} {res.status}")
