@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download the vLLM wheels the static contract checks read, into the wheel cache.
 #
-#   scripts/fetch_wheels.sh [VERSION ...]
+#   scripts/fetch_wheels.sh [VERSION ...]      # VERSION `latest`: the newest vllm on the index
 #
 # Cache: $VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels — the same
 # places `vllm-patchkit check --vllm X` and the tests look in, so nothing needs
@@ -45,6 +45,13 @@ PY
 fi
 
 failed=0
+for i in "${!versions[@]}"; do
+  [ "${versions[$i]}" = latest ] || continue
+  newest="$("$python" -m pip index versions vllm 2>/dev/null | sed -n 's/^vllm (\(.*\))$/\1/p')"
+  if [ -z "$newest" ]; then echo "cannot read the newest vllm from the index (pip index versions vllm)" >&2; exit 1; fi
+  echo "latest: vllm $newest"
+  versions[$i]="$newest"
+done
 for v in "${versions[@]}"; do
   if compgen -G "$cache/vllm-$v-*.whl" > /dev/null; then
     echo "cached: $(ls "$cache"/vllm-"$v"-*.whl)"

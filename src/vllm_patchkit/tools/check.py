@@ -195,6 +195,10 @@ def _unpinned(release, patch: Patch, patch_set: Optional[PatchSet] = None) -> Pa
 def cmd_check(args) -> int:
     from vllm_patchkit.declaration.errors import PatchkitError
 
+    from vllm_patchkit.tools.matrix import is_selection
+
+    if is_selection(args.vllm):
+        return _cmd_matrix(args)
     if args.live and not live.in_child():
         return live.run_in_child("check", args.argv)
     try:
@@ -209,9 +213,42 @@ def cmd_check(args) -> int:
     return report.exit_code()
 
 
+def _cmd_matrix(args) -> int:
+    """`--vllm` names several releases: the patch × release table and the requirement line (`matrix.py`)."""
+    from vllm_patchkit.declaration.errors import PatchkitError
+    from vllm_patchkit.tools import matrix
+    from vllm_patchkit.tools.matrix_render import RENDER as MATRIX_RENDER
+
+    for flag, given in (("--source", args.source), ("--live", args.live)):
+        if given:
+            print(f"vllm-patchkit check: {flag} reads one release; --vllm {args.vllm!r} names several "
+                  "(each is read from its wheel in the cache, or the installed one statically)", file=sys.stderr)
+            return 2
+    try:
+        ps, mdirs = patch_set_and_manifest_dir(args)
+        manifests, paths = read_manifests(mdirs, ps)
+        m = matrix.run(args.vllm, ps, manifests,
+                       lambda rel: check(rel, ps, manifests, baseline=args.baseline, paths=paths))
+    except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
+        print(f"vllm-patchkit check: {exc}", file=sys.stderr)
+        return 2
+    print(MATRIX_RENDER[args.format](m), end="")
+    return m.exit_code()
+
+
+MATRIX_HELP = """several releases at once: --vllm 0.31.0,0.32.0,0.33.0 (a list), --vllm '>=0.31,<0.35' (every known
+release in the range: each manifest's, each wheel's in the wheel cache, the installed one) or --vllm all. Prints one
+table patch x release (check's statuses per cell), each release's findings, and the requirement line for the
+plugin's pyproject.toml: '>=oldest,<=newest' of the releases where every required patch is ok, compatible or not
+applicable, minor series inside it that were not examined or not supported excluded (!=0.32.*), never a release
+above the newest supported one (docs/adopting.md, "Which vLLM does the plugin match"). Exit code: the worst
+release's."""
+
+
 def add_check(sub) -> None:
     p = sub.add_parser("check", help="compare every patch's targets with a vLLM release (installed, wheel or tree)",
-                       description="Exit 0: every patch fits; 1: a breakage; 2: the check could not run.")
+                       description="Exit 0: every patch fits; 1: a breakage; 2: the check could not run.",
+                       epilog=MATRIX_HELP)
     add_release_args(p)
     p.add_argument("--baseline", metavar="VERSION",
                    help="compare with the pins of this release's manifest (default: the release's own manifest, "

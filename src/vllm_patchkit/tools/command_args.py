@@ -12,7 +12,8 @@ from vllm_patchkit.tools.releases import WHEEL_CACHE_ENV
 def add_release_args(p) -> None:
     p.add_argument("--vllm", metavar="VERSION", help="the release (default: the installed vLLM); a version that is not "
                    f"installed is read from its wheel in ${WHEEL_CACHE_ENV} (default ~/.cache/vllm-patchkit/wheels); "
-                   "with --source: the version of the source when it does not say")
+                   "with --source: the version of the source when it does not say; several (check only): "
+                   "'0.31.0,0.32.0', a range '>=0.31,<0.35' or 'all'")
     p.add_argument("--source", metavar="WHEEL_OR_DIR", help="read the release statically from a wheel or source tree")
     p.add_argument("--live", action="store_true",
                    help="read the installed vLLM by import (as the loader does), in a child process whose crash "

@@ -174,6 +174,18 @@ def cached_wheel(version: str, cache: Optional[Union[str, Path]] = None) -> Opti
     return hits[0] if hits else None
 
 
+def cached_versions(cache: Optional[Union[str, Path]] = None) -> list[str]:
+    """The versions of the `vllm-VERSION-*.whl` files in the wheel cache (a name that is no version is not one)."""
+    folder = Path(cache) if cache else wheel_cache()
+    found = {}
+    for wheel in (folder.glob("vllm-*.whl") if folder.is_dir() else []):
+        try:
+            found.setdefault(Version(wheel.name.split("-")[1]), wheel.name.split("-")[1])
+        except InvalidVersion:
+            continue
+    return [found[v] for v in sorted(found)]
+
+
 def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] = None, *,
                  live: bool = False) -> Release:
     """The release to pin or check: a given source; else the installed vLLM if it is that

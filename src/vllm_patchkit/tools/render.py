@@ -30,19 +30,27 @@ def render_text(report: Report) -> str:
             lines.append(f"  - [{f.kind.value}] {f.explain()}")
             if f.breakage.diff:
                 lines.extend(f"      {line}" for line in f.breakage.diff.splitlines())
-    c = report.counts()
-    lines.append(f"{c['ok']} ok, {c['compatible']} compatible, {c['stale']} stale, {c['broken']} broken, "
-                 f"{c['unpinned']} unpinned, {c['not_applicable']} not applicable, {c['retirable']} retirable "
-                 f"on vLLM {report.vllm}")
+    lines.append(counts_line(report))
     return "\n".join(lines) + "\n"
 
 
-def render_json(report: Report) -> str:
+def counts_line(report: Report) -> str:
+    c = report.counts()
+    return (f"{c['ok']} ok, {c['compatible']} compatible, {c['stale']} stale, {c['broken']} broken, "
+            f"{c['unpinned']} unpinned, {c['not_applicable']} not applicable, {c['retirable']} retirable "
+            f"on vLLM {report.vllm}")
+
+
+def report_doc(report: Report) -> dict:
     """`breakages`: each once, by target, with the `patches` it affects; `patches[].breakages` keeps the
     per-patch view (each patch's own findings) for readers of the earlier format."""
-    return json.dumps({"vllm": report.vllm, "release": report.release, "ok": not report.failed,
-                       "counts": report.counts(), "breakages": [f.as_dict() for f in report.findings()],
-                       "patches": [r.as_dict() for r in report.results]}, indent=2) + "\n"
+    return {"vllm": report.vllm, "release": report.release, "ok": not report.failed,
+            "counts": report.counts(), "breakages": [f.as_dict() for f in report.findings()],
+            "patches": [r.as_dict() for r in report.results]}
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_doc(report), indent=2) + "\n"
 
 
 def _gh_escape(s: str, prop: bool = False) -> str:
