@@ -6,11 +6,14 @@ import json
 import os
 from typing import Optional
 
+from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.report import Report
 
 
 # -- rendering ----------------------------------------------------------------------------------
 def render_text(report: Report) -> str:
+    """For people: every text from a patch file, a manifest or the release is shown with control characters
+    made visible (`terminal_text.printable`)."""
     lines = [f"vllm-patchkit check: {report.release}"]
     for r in report.results:
         label = {"ok": "ok", "compatible": "carry", "stale": "STALE", "broken": "BROKEN", "not_applicable": "n/a",
@@ -32,7 +35,7 @@ def render_text(report: Report) -> str:
     lines.append(f"{c['ok']} ok, {c['compatible']} compatible, {c['stale']} stale, {c['broken']} broken, "
                  f"{c['unpinned']} unpinned, {c['not_applicable']} not applicable, {c['retirable']} retirable "
                  f"on vLLM {report.vllm}")
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 def render_json(report: Report) -> str:
@@ -44,7 +47,7 @@ def render_json(report: Report) -> str:
 
 
 def _gh_escape(s: str, prop: bool = False) -> str:
-    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    s = printable(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return s.replace(":", "%3A").replace(",", "%2C") if prop else s
 
 
