@@ -94,7 +94,7 @@ def test_version_not_installed_and_not_cached(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("VLLM_PATCHKIT_WHEEL_CACHE", str(tmp_path))
     assert main(["check", "--vllm", "9.9.9"]) == 2
     err = capsys.readouterr().err
-    assert "vLLM 9.9.9 is not installed" in err and "scripts/fetch_wheels.sh 9.9.9" in err
+    assert "vLLM 9.9.9 is not installed" in err and "pip download --no-deps --only-binary=:all:" in err and "vllm==9.9.9`" in err
 
 
 def test_version_from_the_wheel_cache(monkeypatch, tmp_path, scenario, capsys):

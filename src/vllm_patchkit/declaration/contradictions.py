@@ -61,10 +61,10 @@ def _excluded(patch, release: str) -> bool:
 
 def _entries_of(path: str) -> Optional[tuple[str, list[str]]]:
     """(release, the patch keys listed, in order) of one manifest file, read as plain YAML."""
-    import yaml
+    from vllm_patchkit.declaration.yaml_files import read_yaml  # bounded, like every declaration read
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = read_yaml(Path(path))
         return str(data["vllm"]), [str(e.get("patch")) for e in data.get("patches") or []]
     except Exception:
         return None

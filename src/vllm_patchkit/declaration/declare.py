@@ -65,9 +65,11 @@ def load_patch_set(dirs: Iterable) -> PatchSet:
         features = read_features(d, env, errors)
         parsed = []
         for path in sorted(d.glob("*.yaml")):
+            before = len(errors)
             patch = _collect(errors, parse_patch, path)
             if patch is None:
-                broken.update(_declared_id(path))
+                if not any(getattr(e, "over_bound", False) for e in errors[before:]):  # never read such a file twice
+                    broken.update(_declared_id(path))
                 continue
             declare_own(patch, str(path), env, errors)
             parsed.append((path, patch))

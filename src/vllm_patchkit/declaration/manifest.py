@@ -45,7 +45,7 @@ def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list,
         wanted = patch.pinned_specs
         for spec in wanted:
             if spec not in entry.targets:
-                errors.append(DeclarationError(path, f"{where}.targets", f"no pin for {spec} (run scripts/pin_manifest.py)"))
+                errors.append(DeclarationError(path, f"{where}.targets", f"no pin for {spec} (pin it: `vllm-patchkit pin --vllm {m.vllm}`, review, commit)"))
         for spec in entry.targets:
             if spec not in wanted:
                 errors.append(DeclarationError(path, f"{where}.targets.{spec}", f"not a target or copy of {entry.patch}"))

@@ -1,10 +1,12 @@
-"""Reading a declaration file: YAML with duplicate keys refused and depth bounded, and pydantic's validation errors
-turned into errors naming the file and the field (never a traceback from deep inside)."""
+"""Reading a declaration file: YAML with duplicate keys refused, depth, size and alias expansion bounded
+(`yaml_bounds`), and pydantic's validation errors turned into errors naming the file and the field, with a
+bounded repr of the input (never a traceback from deep inside)."""
 
 from __future__ import annotations
 
 import os
 import re
+import reprlib
 import stat
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.yaml_bounds import BoundedLoader, TooLarge, check_size
 
 
 def _field_path(loc: tuple) -> str:
@@ -42,6 +45,16 @@ def _rule_field(model: type, msg: str) -> str | None:
     return None
 
 
+# the `(got ...)` of an error: a bounded repr, so a big input is never repr'd whole to be cut to 80 characters
+_INPUT_REPR = reprlib.Repr()
+_INPUT_REPR.maxlevel, _INPUT_REPR.maxstring, _INPUT_REPR.maxother = 3, 60, 60
+_INPUT_REPR.maxlist = _INPUT_REPR.maxtuple = _INPUT_REPR.maxdict = _INPUT_REPR.maxset = 4
+
+
+def input_repr(value: object, limit: int = 80) -> str:
+    return _INPUT_REPR.repr(value)[:limit]
+
+
 def validation_errors(file: str, exc: ValidationError, model: type | None = None) -> list[DeclarationError]:
     errs = []
     for e in exc.errors(include_url=False):
@@ -54,7 +67,7 @@ def validation_errors(file: str, exc: ValidationError, model: type | None = None
         elif not loc and e["type"] == "value_error":
             loc = (_rule_field(model, msg) or "<file>",)  # the input is the whole document: don't echo it
         elif "input" in e and e["type"] not in ("missing",):
-            msg = f"{msg} (got {e['input']!r:.80})"
+            msg = f"{msg} (got {input_repr(e['input'])})"
         errs.append(DeclarationError(file, _field_path(loc), msg))
     return errs
 
@@ -122,10 +135,11 @@ def read_yaml(path: Path) -> object:
         raise DeclarationError(str(path), "<file>", f"cannot read: {exc}") from None
     loader = None
     try:
-        loader = yaml.SafeLoader(text)  # checks the characters first: inside the try
+        loader = BoundedLoader(text)  # checks the characters first: inside the try; counts aliases
         node = loader.get_single_node()
         if node is None:
             return None
+        check_size(node)  # before anything walks the expansion: duplicates, construction, validation
         duplicates = _duplicate_keys(node, "", set())
         if duplicates:
             errors = [DeclarationError(str(path), where, f"duplicate key (line {a} and line {b}); "
@@ -142,6 +156,10 @@ def read_yaml(path: Path) -> object:
         else:
             where = "<file>"
         raise DeclarationError(str(path), where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except TooLarge as exc:
+        err = DeclarationError(str(path), exc.where, exc.problem)
+        err.over_bound = True  # refused by a bound of yaml_bounds: not worth reading again for its id
+        raise err from None
     except RecursionError:
         raise DeclarationError(str(path), "<file>", "not readable: values nested too deeply") from None
     finally:

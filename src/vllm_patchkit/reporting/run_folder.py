@@ -13,6 +13,7 @@ import errno
 import json
 import logging
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Optional
@@ -36,8 +37,14 @@ class Run(Struct):
 #: tens of kB); a larger file is refused by its size, without reading it. Override: VLLM_PATCHKIT_MAX_RECORD_BYTES.
 MAX_RECORD_ENV = "VLLM_PATCHKIT_MAX_RECORD_BYTES"
 DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
-#: Record files read per run at most (a server has a front end, EngineCore(s) and a worker per GPU).
+#: Record files read per run at most (a server has a front end, EngineCore(s) and a worker per GPU). Counted over
+#: the files named like a record only (`record_names`), the known roles' first, so other files never crowd them out.
 MAX_RECORDS_PER_RUN = 1024
+#: The name a process's record file has (`record.process_file`): `<role>-<pid>.json`.
+RECORD_NAME = re.compile(r"(?P<role>[A-Za-z0-9_]+)-(?P<pid>[0-9]{1,10})\.json")
+#: Roles vLLM's processes have (`runtime.process`), read first: a record of another role is a forced
+#: $VLLM_PATCHKIT_ROLE's.
+_ROLE_ORDER = {"frontend": 0, "engine_core": 1, "worker": 2}
 #: Schema versions of records this reader understands (record.SCHEMA_VERSION is the one written).
 KNOWN_SCHEMA_VERSIONS = range(1, SCHEMA_VERSION + 1)
 
@@ -130,6 +137,25 @@ def list_runs(base: Path) -> list[str]:
     return [name for _, name in sorted(runs)]
 
 
+def record_names(listing: list[str]) -> tuple[list[str], list[str]]:
+    """(the names of a run folder that can be records, in the order they are read; the other `*.json` names).
+
+    Temporary files of an atomic write (a leading dot) and files not ending in `.json` are no one's business;
+    a `.json` file not named `<role>-<pid>.json` is named (not read). Records of vLLM's own roles come first,
+    each role by pid, so no number of other files pushes them past `MAX_RECORDS_PER_RUN`."""
+    names, others = [], []
+    for n in listing:
+        if n.startswith(".") or not n.endswith(".json"):
+            continue
+        m = RECORD_NAME.fullmatch(n)
+        if m:
+            names.append((_ROLE_ORDER.get(m["role"], 9), m["role"], int(m["pid"]), n))
+        else:
+            others.append(n)
+    names.sort()
+    return [n for *_, n in names], sorted(others)
+
+
 def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
     """The named run, or the latest one; None when there are no records.
 
@@ -157,7 +183,10 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
         warnings.append(f"ignored {folder}: cannot be opened: {exc.strerror}")
         return run
     try:
-        names = sorted(n for n in os.listdir(dfd) if n.endswith(".json") and not n.startswith("."))
+        names, others = record_names(os.listdir(dfd))
+        if others:
+            run.refused.append(f"{len(others)} file(s) of {folder} not read: not named like a record "
+                               f"(<role>-<pid>.json), e.g. {others[0]!r:.120}")
         if len(names) > MAX_RECORDS_PER_RUN:
             run.refused.append(f"{len(names) - MAX_RECORDS_PER_RUN} record file(s) of {folder} not read: more than "
                                f"{MAX_RECORDS_PER_RUN} in one run (from {names[MAX_RECORDS_PER_RUN]})")

@@ -10,6 +10,7 @@ from typing import Optional
 
 from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
+from vllm_patchkit.reporting.terminal_text import rich_text
 from vllm_patchkit.reporting.verdict import OK, assess, ends, is_inert, never_applied, warnings_of
 
 
@@ -38,17 +39,24 @@ def report(base: Path, run_id: Optional[str] = None, min_steps: int = 8) -> tupl
 
 
 def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -> str:
-    """A rich table: one row per patch per process."""
+    """A rich table: one row per patch per process. Every text in it comes from records (a third party's exception
+    text, a path, a patch file's words): it is given to rich as `Text` with control characters made visible
+    (`terminal_text`), never as markup."""
     from rich.console import Console
     from rich.table import Table
 
     import io
 
-    console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False, color_system=None)
+    console = Console(file=io.StringIO(), record=True, width=160, force_terminal=False, color_system=None,
+                      markup=False, emoji=False, highlight=False)
+
+    def say(text: str) -> None:
+        console.print(rich_text(text))
+
     if run is None or (not run.processes and not run.refused):
-        console.print("vllm-patchkit: no records (has a server with the plugin run as this user?)")
+        say("vllm-patchkit: no records (has a server with the plugin run as this user?)")
         return console.export_text()
-    table = Table(title=f"vllm-patchkit status — run {run.run_id}", show_lines=False)
+    table = Table(title=rich_text(f"vllm-patchkit status — run {run.run_id}", newlines=False), show_lines=False)
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for col in ("process", "set", "patch", "state", "calls", "reason / detail"):
         table.add_column(col, overflow="fold")
@@ -84,8 +92,8 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
             counted = installs_function(rec.get("kind")) and rec.get("state") == "applied"
             calls = str(rec.get("calls", 0)) if counted else "-"
-            table.add_row(label, rec.get("patch_set") or "-", rec["patch"], state, calls,
-                          "; ".join(x for x in (reason, extra) if x))
+            table.add_row(*(rich_text(cell) for cell in (label, rec.get("patch_set") or "-", rec["patch"], state, calls,
+                                                          "; ".join(str(x) for x in (reason, extra) if x))))
             label = ""
     console.print(table)
     code, problems = assess(run, min_steps)
@@ -95,17 +103,17 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             counts[rec.get("state", "?")] = counts.get(rec.get("state", "?"), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     hidden = "" if show_skipped else " (patches skipped as not for a process are hidden; --all shows them)"
-    console.print(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}"
+    say(f"{len(run.processes)} processes; {summary}; {'OK' if code == OK else 'PROBLEMS'}"
                   f"{f' with {len(warnings_of(run))} warning(s)' if warnings_of(run) else ''}{hidden}")
     for proc in run.processes:
         for source, names in sorted((proc.get("counters") or {}).items()):
             shown = ", ".join(f"{k} {v}" for k, v in sorted(names.items()))
-            console.print(f"{proc.get('role')} {proc.get('pid')}: {source}: {shown}")
+            say(f"{proc.get('role')} {proc.get('pid')}: {source}: {shown}")
     for proc in run.processes:
         if proc.get("error"):
-            console.print(f"start-up stopped in {proc.get('role')} (pid {proc.get('pid')}):\n  {proc['error']}")
+            say(f"start-up stopped in {proc.get('role')} (pid {proc.get('pid')}):\n  {proc['error']}")
     for p in problems:
-        console.print(f"  problem: {p}")
+        say(f"  problem: {p}")
     for w in warnings_of(run):
-        console.print(f"  warning: {w}")
+        say(f"  warning: {w}")
     return console.export_text()

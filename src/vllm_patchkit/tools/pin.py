@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.baseline import exact
 from vllm_patchkit.tools.command_args import add_release_args, patch_set_and_manifest_dir
 from vllm_patchkit.tools.examine import set_on_path
@@ -240,13 +241,13 @@ def cmd_pin(args: argparse.Namespace) -> int:
         else:
             paths = write_by_set(pinned.manifest, ps, args.sets)
     except RequiredPatchesDoNotFit as exc:
-        print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
+        print(printable(f"vllm-patchkit pin: {exc}"), file=sys.stderr)
         return 1
     except (PatchkitError, DeclarationError, ReleaseError, FileNotFoundError, ValueError) as exc:
-        print(f"vllm-patchkit pin: {exc}", file=sys.stderr)
+        print(printable(f"vllm-patchkit pin: {exc}"), file=sys.stderr)
         return 2
     for note in pinned.notes:
-        print(f"  {note}")
+        print(printable(f"  {note}"))
     m = pinned.manifest
     print(f"wrote {', '.join(map(str, paths))}: {len(m.patches)} patch(es) listed, {len(m.not_applicable)} "
           f"not applicable (from {release.label}); review the diff before committing")

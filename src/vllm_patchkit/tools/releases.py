@@ -160,7 +160,7 @@ class ReleaseError(RuntimeError):
 
 
 def wheel_cache() -> Path:
-    """$VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels (where scripts/fetch_wheels.sh puts them)."""
+    """$VLLM_PATCHKIT_WHEEL_CACHE, else ~/.cache/vllm-patchkit/wheels (where `pip download` or a checkout's scripts/fetch_wheels.sh puts them)."""
     env = os.environ.get(WHEEL_CACHE_ENV)
     if env:
         return Path(env)
@@ -210,7 +210,8 @@ def open_release(vllm: Optional[str] = None, source: Optional[Union[str, Path]] 
         return open_release(vllm, wheel)
     raise ReleaseError(
         f"vLLM {vllm} is not installed (installed: {installed or 'none'}) and no wheel for it is in "
-        f"{wheel_cache()} (${WHEEL_CACHE_ENV}): pass --source WHEEL_OR_DIR, or fetch it with scripts/fetch_wheels.sh {vllm}")
+        f"{wheel_cache()} (${WHEEL_CACHE_ENV}): pass --source WHEEL_OR_DIR, or fetch it with "
+        f"`pip download --no-deps --only-binary=:all: --dest {wheel_cache()} vllm=={vllm}`")
 
 
 def _v(s: str) -> Version:

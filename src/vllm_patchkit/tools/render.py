@@ -6,11 +6,14 @@ import json
 import os
 from typing import Optional
 
+from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.report import Report
 
 
 # -- rendering ----------------------------------------------------------------------------------
 def render_text(report: Report) -> str:
+    """For people: every text from a patch file, a manifest or the release is shown with control characters
+    made visible (`terminal_text.printable`)."""
     lines = [f"vllm-patchkit check: {report.release}"]
     for r in report.results:
         label = {"ok": "ok", "compatible": "carry", "stale": "STALE", "broken": "BROKEN", "not_applicable": "n/a",
@@ -31,7 +34,7 @@ def render_text(report: Report) -> str:
             if f.breakage.diff:
                 lines.extend(f"      {line}" for line in f.breakage.diff.splitlines())
     lines.append(counts_line(report))
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
 def counts_line(report: Report) -> str:
@@ -54,7 +57,7 @@ def render_json(report: Report) -> str:
 
 
 def _gh_escape(s: str, prop: bool = False) -> str:
-    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    s = printable(s).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return s.replace(":", "%3A").replace(",", "%2C") if prop else s
 
 
