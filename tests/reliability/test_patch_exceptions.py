@@ -254,3 +254,16 @@ def test_process_killed_with_a_patchs_exception_in_flight_names_it(tmp_path, sam
     gone = gone[0]
     assert "the last exception out of a patch: verify-wrap@1 raised KeyError: 'missing' (at " in gone, gone
     assert "patchkit_exc_impls.py:" in gone
+
+
+def test_the_end_of_an_iteration_is_not_a_failure(tmp_path):
+    """StopIteration out of a replaced `__next__` is how iteration ends: neither raised nor passed through."""
+    from vllm_patchkit.runtime.wrappers import Counter, build_callable
+
+    write_module(tmp_path, "patchkit_exc_c", "def careful(wrapped, instance, args, kwargs):\n"
+                                             "    return wrapped(*args, **kwargs)\n")
+    counter = Counter()
+    fn = build_callable(_loader_for_build(tmp_path), next, lambda w, i, a, k: w(*a, **k), counter, True)
+    with pytest.raises(StopIteration):
+        fn(iter(()))
+    assert (counter.calls, counter.raised, counter.passed) == (1, 0, 0)

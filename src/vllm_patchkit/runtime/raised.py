@@ -72,7 +72,10 @@ def _where(tb: Any) -> str:
 def note(counter: Any, exc: BaseException, codes: Optional[tuple], own: Optional[tuple] = None) -> None:
     """Count `exc` (propagating out of an installed function) on `counter`: passed through vLLM's original
     (a frame of `codes` on its traceback; `codes` None: the function is vLLM's own passthrough), or the
-    patch's. `own`: the implementation's code, whose file the place is reported in. Never raises."""
+    patch's. `own`: the implementation's code, whose file the place is reported in. Never raises.
+    StopIteration / StopAsyncIteration end an iteration (a `__next__` replaced): control flow, not failures."""
+    if isinstance(exc, (StopIteration, StopAsyncIteration)):
+        return
     try:
         tb = exc.__traceback__
         passed = codes is None
