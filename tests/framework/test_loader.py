@@ -472,11 +472,11 @@ def test_two_flushes_at_once_leave_the_newer_snapshot_on_disk(tmp_path, modules,
     second has started: the second must wait for it, then write what was noted meanwhile."""
     import threading
 
-    from vllm_patchkit.runtime import loader as loader_mod
+    from vllm_patchkit.runtime import flush as flush_mod
 
     loader = make_loader(tmp_path, {"kv": kv_patch(copies=[KV_COPY])}, [pinned_entry("kv@1", KV, KV_COPY)])
     loader.run_import_stage()
-    real_write, first_in, release, writes = loader_mod.write_atomic, threading.Event(), threading.Event(), []
+    real_write, first_in, release, writes = flush_mod.write_atomic, threading.Event(), threading.Event(), []
 
     def held_write(path, data):
         writes.append(data)
@@ -485,7 +485,7 @@ def test_two_flushes_at_once_leave_the_newer_snapshot_on_disk(tmp_path, modules,
             release.wait(10)
         real_write(path, data)
 
-    monkeypatch.setattr(loader_mod, "write_atomic", held_write)
+    monkeypatch.setattr(flush_mod, "write_atomic", held_write)
     older = threading.Thread(target=loader.flush)
     older.start()
     assert first_in.wait(10)

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
-from vllm_patchkit.reporting.verdict import assess, is_inert, warnings_of
+from vllm_patchkit.reporting.verdict import assess, ends, is_inert, unwritten, warnings_of
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -40,6 +40,8 @@ def state_of(rec: dict, steps: Optional[int], min_steps: int) -> Optional[str]:
         return "shadowed"
     if is_inert(rec, steps, min_steps):
         return "inert"
+    if state == "applied" and rec.get("raised"):
+        return "raised"  # applied, and its own code raised on a call (raised.py)
     if state == "skipped" and rec.get("code") in _NOT_APPLICABLE:
         return "not_applicable"
     return str(state)
@@ -54,6 +56,10 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
     calls = CounterMetricFamily(
         f"{PREFIX}_patch_calls", "Calls of a counted patch, summed over the processes of a role (last flush).",
         labels=["patch", "role"])
+    exceptions = CounterMetricFamily(
+        f"{PREFIX}_patch_exceptions", "Exceptions out of a patch's installed function, summed over the processes "
+        "of a role (last flush): origin `implementation` (the patch's own code) or `passed_through` (vLLM's "
+        "original raised it through the wrapper).", labels=["patch", "role", "origin"])
     steps_total = CounterMetricFamily(
         f"{PREFIX}_steps", "Engine/worker steps counted by the core step hooks, summed over a role.", labels=["role"])
     procs = GaugeMetricFamily(f"{PREFIX}_processes", "Processes of the run with a record, by role.", labels=["role"])
@@ -74,14 +80,21 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
                                 "Record files of the run not read (a symlink, a FIFO, too large, unknown "
                                 "schema_version...): `vllm-patchkit status` names each.",
                                 value=len(run.refused) if run is not None else 0)
+    storage = GaugeMetricFamily(f"{PREFIX}_storage_full", "1 when the status folder's file system is full: records "
+                                "cannot be written there.", value=int(bool(run is not None and run.storage)))
     if run is None:
-        return [exit_code, n_problems, n_warnings, refused]
+        return [exit_code, n_problems, n_warnings, refused, storage]
+    ended = ends(run)[0]
+    stale = GaugeMetricFamily(f"{PREFIX}_unwritten_records", "Running processes whose record is stale or not "
+                              "persisted (their newest state is not on disk).",
+                              value=sum(1 for i, p in enumerate(run.processes) if unwritten(p, ended.get(i, {}))))
     rows = sum(len(p.get("patches") or []) for p in run.processes)
     truncated = GaugeMetricFamily(f"{PREFIX}_series_truncated",
                                   f"1 when the run has more than {MAX_PATCH_ROWS} patch rows and per-patch series "
                                   "were left out.", value=int(rows > MAX_PATCH_ROWS))
     state_n: Counter = Counter()
     call_n: Counter = Counter()
+    exc_n: Counter = Counter()
     step_n: Counter = Counter()
     role_n: Counter = Counter()
     comp_n: Counter = Counter()
@@ -106,10 +119,15 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
                      state)] += 1
             if installs_function(rec.get("kind")) and rec.get("state") == "applied":
                 call_n[(pid, role)] += int(rec.get("calls") or 0)
+            for origin, n in (("implementation", rec.get("raised")), ("passed_through", rec.get("passed_through"))):
+                if n:
+                    exc_n[(pid, role, origin)] += int(n)
     for labels, n in sorted(state_n.items()):
         states.add_metric(list(labels), n)
     for labels, n in sorted(call_n.items()):
         calls.add_metric(list(labels), n)
+    for labels, n in sorted(exc_n.items()):
+        exceptions.add_metric(list(labels), n)
     for role, n in sorted(step_n.items()):
         steps_total.add_metric([role], n)
     for role, n in sorted(role_n.items()):
@@ -118,8 +136,8 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         components.add_metric(list(labels), n)
     for rid, version, manifest in sorted(infos) or [(run.run_id, "", "")]:
         info.add_metric([rid, version, manifest], {})
-    return [states, calls, steps_total, procs, components, info, exit_code, n_problems, n_warnings, refused,
-            truncated]
+    return [states, calls, exceptions, steps_total, procs, components, info, exit_code, n_problems, n_warnings,
+            refused, truncated, storage, stale]
 
 
 class PatchStatusCollector(Collector):

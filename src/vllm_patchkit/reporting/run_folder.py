@@ -20,6 +20,7 @@ from typing import Optional
 
 from msgspec import Struct, field
 
+from vllm_patchkit.reporting.storage import full
 from vllm_patchkit.upstream.files import trusted_folder, uid
 from vllm_patchkit.runtime.record import SCHEMA_VERSION, ProcessRecord
 
@@ -31,6 +32,7 @@ class Run(Struct):
     processes: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # record files not read, each with why (also warnings)
+    storage: list[str] = field(default_factory=list)  # why records may be missing: a full file system (storage.py)
 
 
 #: The largest record file `status` reads, in bytes (a record of a process with every patch of a big set is
@@ -167,13 +169,12 @@ def load_run(base: Path, run_id: Optional[str] = None) -> Optional[Run]:
             log.warning("vllm-patchkit: %s", w)
         return Run(run_id or "?", [], warnings)
     runs = list_runs(base)
-    if not runs:
-        return None
+    storage = [why] if (why := full(base)) else []
+    if not runs or not (base / (run_id or runs[-1])).is_dir():
+        return Run(run_id or "?", [], warnings, storage=storage) if storage else None
     rid = run_id or runs[-1]
     folder = base / rid
-    if not folder.is_dir():
-        return None
-    run = Run(rid, [], warnings)
+    run = Run(rid, [], warnings, storage=storage)
     if not trusted_folder(folder, warnings):
         return run
     try:
@@ -212,4 +213,4 @@ def narrow(run: Optional[Run], sets: set[str]) -> Optional[Run]:
     if run is None:
         return None
     procs = [{**p, "patches": [r for r in p.get("patches", []) if r.get("patch_set") in sets]} for p in run.processes]
-    return Run(run.run_id, procs, list(run.warnings), list(run.refused))
+    return Run(run.run_id, procs, list(run.warnings), list(run.refused), list(run.storage))

@@ -11,7 +11,8 @@ from typing import Optional
 from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
 from vllm_patchkit.reporting.terminal_text import rich_text
-from vllm_patchkit.reporting.verdict import OK, assess, ends, is_inert, never_applied, warnings_of
+from vllm_patchkit.reporting.verdict import (OK, assess, ends, is_inert, never_applied, raised_words, unwritten,
+                                             warnings_of)
 
 
 def to_json(run: Optional[Run], min_steps: int = 8) -> str:
@@ -55,19 +56,24 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
 
     if run is None or (not run.processes and not run.refused):
         say("vllm-patchkit: no records (has a server with the plugin run as this user?)")
+        for why in (run.storage if run is not None else []):
+            say(f"  problem: {why}")
         return console.export_text()
     table = Table(title=rich_text(f"vllm-patchkit status — run {run.run_id}", newlines=False), show_lines=False)
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for col in ("process", "set", "patch", "state", "calls", "reason / detail"):
         table.add_column(col, overflow="fold")
     nowhere = never_applied(run)
-    for proc in run.processes:
+    ended = ends(run)[0]
+    for i, proc in enumerate(run.processes):
         steps = proc.get("steps")
         if steps is None:
             steps = run_steps
         hosts = proc.get("hosts")
         hosted = ("+" + "+".join(h for h in hosts if isinstance(h, str))) if isinstance(hosts, list) and hosts else ""
         label = f"{proc['role']}{hosted} {proc['pid']}" + (f"\n{steps} steps" if proc.get("steps") is not None else "")
+        if unwritten(proc, ended.get(i, {})):
+            label += "\nrecord STALE"  # the problem line itself comes from assess()
         for rec in proc.get("patches", []):
             if not show_skipped and rec.get("state") == "skipped" and rec.get("code") == "process":
                 continue
@@ -82,7 +88,10 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 state += ", SHADOWED"
             if rec.get("warning"):
                 state += ", WARNING"
-            reason = rec.get("reason") or ""
+            raised = raised_words(rec)
+            if raised:
+                state += ", RAISED"
+            reason = "; ".join(x for x in (raised, rec.get("reason") or "") if x)
             if rec.get("state") in ("failed", "refused") and rec.get("code") != "refused" and \
                     (rec.get("expected") is not None or rec.get("found") is not None):
                 reason += f" [expected: {rec.get('expected')}; found: {rec.get('found')}]"
@@ -90,8 +99,15 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
             extra = "; ".join(f"{k}: {v}" for k, v in detail.items() if k not in ("warned", "decided", "remedy"))
             for f in rec.get("findings") or []:
                 extra += ("; " if extra else "") + f"{f.get('code')}: {f.get('where', '')}"
+            passed = [e for e in rec.get("exceptions") or [] if e.get("passed_through")]
+            if rec.get("passed_through"):
+                extra += ("; " if extra else "") + (f"{rec['passed_through']} exception(s) of vLLM's own code passed "
+                                                    "through (not the patch's)")
+                extra += f": {passed[0].get('type')}: {passed[0].get('message')}" if passed else ""
             counted = installs_function(rec.get("kind")) and rec.get("state") == "applied"
             calls = str(rec.get("calls", 0)) if counted else "-"
+            if counted and rec.get("raised"):
+                calls += f" ({rec['raised']} raised)"
             table.add_row(*(rich_text(cell) for cell in (label, rec.get("patch_set") or "-", rec["patch"], state, calls,
                                                           "; ".join(str(x) for x in (reason, extra) if x))))
             label = ""

@@ -1,7 +1,8 @@
 """The verdict on one run: its exit code and the problems behind it, its warnings, how each process ended.
 
 Exit codes: 0 all good; 1 a required patch failed / was refused / is inert / was
-`not_imported` in every process that needed it and applied in none; 2 no records.
+`not_imported` in every process that needed it and applied in none / raised out of its own code; a live
+process's record is stale or not persisted; the status folder's file system is full; 2 no records.
 
 Why apart from reading (`run_folder`) and rendering (`status`): the table, the JSON, the readiness probe and
 the metrics must judge a run by one rule, so the rule is written once, over the records as read.
@@ -14,6 +15,57 @@ from typing import Optional
 from vllm_patchkit.reporting.run_folder import Run
 
 OK, BAD, NONE = 0, 1, 2
+#: Seconds a live process's record may be older than its flusher's promise (`refresh_seconds` plus two
+#: intervals) before it is stale: a loaded machine delays a flush, it does not stop it.
+STALE_SLACK_SECONDS = 10.0
+
+
+def raised_words(rec: dict) -> Optional[str]:
+    """What a patch's own code raised (not what vLLM's original raised through it), in one line; None if nothing."""
+    n = rec.get("raised") or 0
+    if not n:
+        return None
+    own = [e for e in rec.get("exceptions") or [] if not e.get("passed_through")]
+    own.sort(key=lambda e: -(e.get("count") or 0))
+    calls = rec.get("calls")
+    words = f"its implementation raised {n} exception(s)" + (f" in {calls} call(s)" if calls else "")
+    if own:
+        e = own[0]
+        words += f": {e.get('type')}: {e.get('message')} (at {e.get('at')}"
+        words += f", raised in {e['raised_in']})" if e.get("raised_in") else ")"
+        if len(own) > 1:
+            words += f" and {len(own) - 1} other kind(s)"
+    return words
+
+
+def _clock(t) -> str:
+    import time
+
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
+    except (TypeError, ValueError, OverflowError):
+        return str(t)
+
+
+def unwritten(proc: dict, end: dict, now: Optional[float] = None) -> Optional[str]:
+    """Why a running process's record shows not its newest state (flush.py's promise broken), or None."""
+    import time
+
+    who = f"{proc.get('role')} (pid {proc.get('pid')})"
+    if proc.get("unpersisted_since") is not None:  # an in-memory record (a gathered answer) says it itself
+        return (f"records of {who} not persisted since {_clock(proc['unpersisted_since'])} "
+                f"({proc.get('write_failures')} failed write(s), last: {proc.get('write_error')})")
+    refresh, flush = proc.get("refresh_seconds"), proc.get("flush_seconds")
+    if end.get("state") != "running" or not refresh or not proc.get("updated"):
+        return None
+    age = (now if now is not None else time.time()) - float(proc["updated"])
+    allowed = float(refresh) + 2 * float(flush or 0) + STALE_SLACK_SECONDS
+    if age <= allowed:
+        return None
+    return (f"record of {who} is stale: last written {age:.0f} s ago at {_clock(proc['updated'])} while the "
+            f"process runs (it rewrites it at least every {float(refresh):g} s): its newest state is not on disk "
+            "(its log says why: 'cannot write records to'; a full disk or an unwritable status folder), so its "
+            "rows show the state of then")
 
 
 def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
@@ -86,6 +138,20 @@ def end_of(proc: dict) -> dict:
     return {"state": "unknown", "signal": None, "judged": True, "why": why}
 
 
+def _last_raise(proc: dict) -> Optional[str]:
+    """The newest exception a patch's own code raised in this process: what was in flight when it died."""
+    newest = None
+    for rec in proc.get("patches", []):
+        for e in rec.get("exceptions") or []:
+            if not e.get("passed_through") and (newest is None or (e.get("last") or 0) > (newest[1].get("last") or 0)):
+                newest = (rec.get("patch"), e)
+    if newest is None:
+        return None
+    key, e = newest
+    return f"the last exception out of a patch: {key} raised {e.get('type')}: {e.get('message')} (at {e.get('at')}) " \
+           f"at {_clock(e.get('last'))}"
+
+
 def ends(run: Optional[Run]) -> tuple[dict[int, dict], list[str]]:
     """Each process's end (by index in run.processes), with the run's rule applied, and the problems.
 
@@ -106,6 +172,9 @@ def ends(run: Optional[Run]) -> tuple[dict[int, dict], list[str]]:
         if not e.pop("judged", False) or proc.get("error"):
             continue
         e["gone"] = True
+        last = _last_raise(proc)
+        if last:
+            e["why"] += f"; {last}"
         if stops and (proc.get("pid") in alive_at_stop or isinstance(proc.get("shutdown"), dict)):
             e["why"] += f"; stopped with the run (alive when the clean stop by {_signame(stops[0].get('signal'))} began)"
             e["stopped_with_run"] = True
@@ -129,10 +198,14 @@ def ends(run: Optional[Run]) -> tuple[dict[int, dict], list[str]]:
 def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     """Exit code and the problems behind it."""
     if run is None or not run.processes:
-        return NONE, ["no records"]
-    problems = []
+        return NONE, ["no records"] + (list(run.storage) if run is not None else [])
+    problems = list(run.storage)
+    ended = ends(run)
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
-    for proc in run.processes:
+    for i, proc in enumerate(run.processes):
+        stale = unwritten(proc, ended[0].get(i, {}))
+        if stale:
+            problems.append(stale)
         steps = proc.get("steps")
         if steps is None:
             steps = run_steps
@@ -143,6 +216,8 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
             where = f"{rec['patch']} in {proc['role']} (pid {proc['pid']})"
             if rec.get("required") and rec.get("state") in ("failed", "refused"):
                 problems.append(f"{where}: required patch {rec['state']}: {rec.get('reason')}")
+            if rec.get("required") and raised_words(rec):
+                problems.append(f"{where}: required patch: {raised_words(rec)}")
             if rec.get("required") and rec.get("state") == "pending" and (proc.get("steps") or 0) > 0:
                 problems.append(f"{where}: required patch never judged: the process ran {proc['steps']} steps "
                                 "but its config-ready point never ran (check the core.config-ready.* row)")
@@ -162,7 +237,7 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
                         f"that needed it ({', '.join(where)}): its target module was never imported there, so it was "
                         "never verified nor installed; if vLLM ran that code path it ran unpatched (a moved target, "
                         "or start-up has not imported it yet)")
-    problems += ends(run)[1]
+    problems += ended[1]
     return (BAD if problems else OK), problems
 
 
@@ -179,4 +254,7 @@ def warnings_of(run: Optional[Run]) -> list[str]:
         for rec in proc.get("patches", []):
             if rec.get("warning"):
                 out.append(f"{rec['patch']} in {proc.get('role')} (pid {proc.get('pid')}): {rec['warning']}")
+            if not rec.get("required") and raised_words(rec):
+                out.append(f"{rec['patch']} in {proc.get('role')} (pid {proc.get('pid')}): optional patch: "
+                           f"{raised_words(rec)}")
     return out

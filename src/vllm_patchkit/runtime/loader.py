@@ -31,8 +31,10 @@ from vllm_patchkit.runtime.decide import Decisions, Deferred, NeededButUnavailab
 from vllm_patchkit.runtime.hosting import Hosting
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.modules import module_exists
+from vllm_patchkit.runtime.flush import write_record
+from vllm_patchkit.runtime.raised import publish as publish_raised
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
-                                          ProcessRecord, default_status_dir, process_file, run_id, write_atomic)
+                                          ProcessRecord, run_id)
 from vllm_patchkit.runtime.sets_cache import Vetted, cache_sets, cached_sets
 from vllm_patchkit.runtime.shadow import classes_in_use
 from vllm_patchkit.runtime.stale_watch import StaleWatch
@@ -330,10 +332,11 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         for pid, applied in self.applied.items():
             calls = applied.counter.calls
             self.records[pid].calls = calls
+            publish_raised(applied.counter, self.records[pid])  # exceptions out of it (raised.py)
             if applied.patch.instances:
                 self.records[pid].detail["objects"] = (len(applied.instances) if applied.instances != () else
                                                        "not tracked (the class takes no weak references)")
-            total += calls
+            total += calls + applied.counter.raised + applied.counter.passed
             if applied.patch.counts_steps:  # alternatives of one role (step, step_with_batch_queue) add up
                 role = tuple(p.value for p in applied.patch.processes)
                 steps_by_role[role] = steps_by_role.get(role, 0) + calls
@@ -348,7 +351,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         return total
 
     def flush(self) -> Optional[Path]:
-        """Write this process's records; a failure to write is a warning, never fatal. One flush at a time (the
+        """Write this process's records (flush.write_record: a failure is a state, never fatal). One flush at a time (the
         flusher thread's and a patch's note may coincide): unserialised, an older snapshot could replace a newer
         file and stay there until the next count changed. A forked child never writes its parent's record (nor
         waits on a lock a thread of the parent held at the fork)."""
@@ -359,17 +362,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             self.sync_calls()
             self.process.updated = time.time()
             self.process.patches = list(self.records.values())
-            try:
-                path = process_file(self.status_dir or default_status_dir(), self.process)
-            except RuntimeError as exc:  # Path.home() with no home directory (arbitrary uid in a container)
-                log.warning("vllm-patchkit: no status directory (%s); set VLLM_PATCHKIT_STATUS_DIR", exc)
-                return None
-            try:
-                write_atomic(path, self.process.to_json())
-            except OSError as exc:
-                log.warning("vllm-patchkit: cannot write records to %s: %s", path, exc)
-                return None
-            return path
+            return write_record(self.process, self.status_dir)
 
     def _log_summary(self, stage: str) -> None:
         c = self.counts()

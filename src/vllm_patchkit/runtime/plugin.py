@@ -41,6 +41,12 @@ def _vllm_version() -> str:
         return "?"
 
 
+def _flush_current() -> None:
+    loader = runtime.current()
+    if loader is not None:
+        loader.flush()
+
+
 def register() -> None:
     """Load, verify and apply the import-stage patches for this process."""
     if os.environ.get("VLLM_PATCHKIT_DISABLE") == "1":
@@ -60,7 +66,10 @@ def register() -> None:
     envs.register(ev for p in loader.patch_set.patches.values() for ev in p.env_vars)
     runtime.install(loader)
     Flusher(loader).start()
+    from vllm_patchkit.runtime import raised
     from vllm_patchkit.runtime.process import install_end_handlers
+
+    raised.ALERT = _flush_current  # a patch's first exception of a kind reaches the disk at once (a crash may follow)
 
     install_end_handlers(loader)  # SIGTERM/SIGINT noted in the record (how the process ended), then chained on
     loader.run_import_stage()

@@ -25,8 +25,10 @@ STATUS_DIR_ENV = "VLLM_PATCHKIT_STATUS_DIR"
 RUN_ID_ENV = "VLLM_PATCHKIT_RUN_ID"
 # 2: state enum, `warning` per patch, `warnings`/`error` per process; 3: state not_imported; 4: how the process
 # ended (`end`, `end_signal`, `ended_at`), its identity (`hostname`, `boot_id`, `start_ticks`) and the front end's
-# `shutdown` (a clean stop of the run: the signal and which processes of the run were alive then)
-SCHEMA_VERSION = 4
+# `shutdown` (a clean stop of the run: the signal and which processes of the run were alive then); 5: exceptions
+# out of an installed function per patch (`raised`, `passed_through`, `exceptions`), and per process how its
+# records reach the disk (`flush_seconds`, `refresh_seconds`, `unpersisted_since`, `write_failures`, `write_error`)
+SCHEMA_VERSION = 5
 
 
 class State(str, Enum):
@@ -88,6 +90,12 @@ class PatchRecord(Struct, kw_only=True):
     findings: list[dict] = field(default_factory=list)
     expected_calls: str = "never_counted"
     calls: int = 0
+    # exceptions out of its installed function (runtime/raised.py): its own code's, and vLLM's original's that
+    # passed through it; `exceptions`: each distinct one {type, message (first line), at (file:line in the
+    # implementation), raised_in (the innermost frame, when elsewhere), passed_through, count, first, last}
+    raised: int = 0
+    passed_through: int = 0
+    exceptions: list[dict] = field(default_factory=list)
     detail: dict = field(default_factory=dict)
     warning: Optional[str] = None  # set when this row must be shown as a warning (needed but not applied, ...)
     at: float = 0.0
@@ -134,6 +142,15 @@ class ProcessRecord(Struct, kw_only=True):
     # counters of a plugin's own components that are not patches (its copier, a stand-in executor):
     # source -> name -> count, added with `vllm_patchkit.runtime.state.count`
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # how the records reach the disk (flush.py): the flusher's interval and the longest a live process leaves
+    # its file unwritten (None: no flusher, nothing promised); since when the newest state is not on disk (set
+    # in memory when a write fails, so only a record read from the process itself, a gather's, shows it);
+    # failed writes in all, and the last one's error (kept after a later write succeeded)
+    flush_seconds: Optional[float] = None
+    refresh_seconds: Optional[float] = None
+    unpersisted_since: Optional[float] = None
+    write_failures: int = 0
+    write_error: Optional[str] = None
 
     def to_json(self) -> dict:
         """Plain JSON data; states as their strings, anything else a patch put in `detail` as str."""

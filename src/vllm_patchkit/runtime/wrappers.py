@@ -1,7 +1,7 @@
 """The closures a `wrap` or `replace` installs.
 
 Wrappers are plain closures, not proxies: they cost a counter increment and
-one call, they hand vLLM's arguments on untouched, and they carry
+one call (their `try` costs nothing until something raises: raised.py), they hand vLLM's arguments on untouched, and they carry
 `__wrapped__` (so `inspect.unwrap` reaches upstream) and `__vllm_patchkit__`
 (so we recognise our own layer and never stack a second copy of it).
 
@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.context import PatchContext
+from vllm_patchkit.runtime.raised import codes_of, note, through
 from vllm_patchkit.upstream.convention import wrap_takes_context
 from vllm_patchkit.upstream.targets import function_of
 
@@ -30,25 +31,37 @@ MARK = "__vllm_patchkit__"
 
 
 class Counter:
-    """Per-patch call count; a slot attribute so the hot path is one add."""
+    """Per-patch counts; slot attributes so the hot path is one add. `raised`/`passed`/`kinds` are touched only
+    when the installed function raises (raised.py)."""
 
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "raised", "passed", "kinds")
 
     def __init__(self) -> None:
         self.calls = 0
+        self.raised = 0  # exceptions the patch's own code raised
+        self.passed = 0  # exceptions vLLM's original raised, passed through the wrapper
+        self.kinds: dict = {}  # (type, first line, place, passed) -> what raised.note keeps of it
 
 
-def _counted_passthrough(original: Callable, counter: Counter) -> Callable:
+def _counted_passthrough(original: Callable, counter: Counter, codes: Optional[tuple], own: Optional[tuple]):
     def patched(*args, **kwargs):
         counter.calls += 1
-        return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            note(counter, exc, codes, own)
+            raise
 
     return patched
 
 
-def _passthrough(original: Callable) -> Callable:
+def _passthrough(original: Callable, counter: Counter, codes: Optional[tuple], own: Optional[tuple]) -> Callable:
     def patched(*args, **kwargs):
-        return original(*args, **kwargs)
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            note(counter, exc, codes, own)
+            raise
 
     return patched
 
@@ -59,8 +72,11 @@ def _method_wrap(original: Callable, impl: Callable, counter: Counter, ctx: Any,
     `wrapped` is the original bound to it: a new bound method per call (wrapt's contract; caching one would keep
     the last instance alive). For a plain function it is made by the function's own `__get__`, taken once here:
     an identical bound method to `MethodType(original, instance)`'s, 5-7 ns cheaper per call than calling the
-    type (benchmarks/README.md); a None instance raises TypeError with either.
+    type (benchmarks/README.md); a None instance raises TypeError with either. An exception is counted by
+    `raised.note`, on the exception path only: the patch's own, or the original's passing through.
     """
+    original, codes = through(original)
+    own = codes_of(impl)
     if type(original) is types.FunctionType:
         get = original.__get__
     else:  # another callable (a C function, a partial, a callable object): bind it as a method the generic way
@@ -68,36 +84,70 @@ def _method_wrap(original: Callable, impl: Callable, counter: Counter, ctx: Any,
     if ctx is not None and count:
         def patched(instance, /, *args, **kwargs):
             counter.calls += 1
-            return impl(get(instance), instance, args, kwargs, ctx)
+            try:
+                return impl(get(instance), instance, args, kwargs, ctx)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     elif ctx is not None:
         def patched(instance, /, *args, **kwargs):
-            return impl(get(instance), instance, args, kwargs, ctx)
+            try:
+                return impl(get(instance), instance, args, kwargs, ctx)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     elif count:
         def patched(instance, /, *args, **kwargs):
             counter.calls += 1
-            return impl(get(instance), instance, args, kwargs)
+            try:
+                return impl(get(instance), instance, args, kwargs)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     else:
         def patched(instance, /, *args, **kwargs):
-            return impl(get(instance), instance, args, kwargs)
+            try:
+                return impl(get(instance), instance, args, kwargs)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     return patched
 
 
 def _function_wrap(original: Callable, impl: Callable, counter: Counter, ctx: Any, count: bool) -> Callable:
     """A module function or staticmethod: no instance."""
+    original, codes = through(original)
+    own = codes_of(impl)
     if ctx is not None and count:
         def patched(*args, **kwargs):
             counter.calls += 1
-            return impl(original, None, args, kwargs, ctx)
+            try:
+                return impl(original, None, args, kwargs, ctx)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     elif ctx is not None:
         def patched(*args, **kwargs):
-            return impl(original, None, args, kwargs, ctx)
+            try:
+                return impl(original, None, args, kwargs, ctx)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     elif count:
         def patched(*args, **kwargs):
             counter.calls += 1
-            return impl(original, None, args, kwargs)
+            try:
+                return impl(original, None, args, kwargs)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     else:
         def patched(*args, **kwargs):
-            return impl(original, None, args, kwargs)
+            try:
+                return impl(original, None, args, kwargs)
+            except Exception as exc:
+                note(counter, exc, codes, own)
+                raise
     return patched
 
 
@@ -110,9 +160,10 @@ def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], c
     """
     if traits(patch).call_shape == "replace":
         # a private layer even uncounted: the mark must never land on the implementation object itself
-        fn = _counted_passthrough(impl, counter) if count else _passthrough(impl)
-    elif impl is None:
-        fn = _counted_passthrough(original, counter) if count else _passthrough(original)
+        # what it raises is its own: nothing of vLLM's is called through it
+        fn = (_counted_passthrough if count else _passthrough)(impl, counter, (), codes_of(impl))
+    elif impl is None:  # vLLM's own function behind a counted layer: whatever it raises passes through
+        fn = (_counted_passthrough if count else _passthrough)(original, counter, None, None)
     else:
         shape = wrap_takes_context(impl)
         if shape is None:
