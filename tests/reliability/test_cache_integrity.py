@@ -425,3 +425,36 @@ def test_a_folder_a_package_appends_inside_site_packages_does_not_change_the_key
     (site / "other-1.0.dist-info").mkdir()  # an install still changes it
     monkeypatch.setattr(cache_stamps, "_INSTALLATION", None)
     assert cache_stamps.installation_stamp() != before
+
+
+# -- the trust boundary (docs/architecture.md, "The start-up cache") ----------------------------------------------
+def test_an_entry_this_user_wrote_is_believed_as_written(tmp_path, cache_dir, victim, monkeypatch):
+    """The stated boundary (issue 33, item 5): a writer that is this user, frames a forged body with a digest it
+    computed again, and leaves every input's stamp as the reader finds it, is believed; its entry is named in the
+    record (`cache: used: ENTRY`). Nothing of the content is derived again from the YAML (that is what the cache
+    saves). Such a writer can equally write the records `status` reads, or the code on this user's sys.path."""
+    entry = _forged(cache_dir, tmp_path, monkeypatch, victim)
+    new_process(monkeypatch)
+    loader = start(tmp_path)  # no RequiredPatchFailed: the forged `required: false` is what this process ran with
+    assert loader.records["guard"].required is False and loader.records["guard"].code == "conflict"
+    assert f"cache: used: {entry.name} (its digest and every input verified)" in notes_of(loader)
+
+
+def test_an_entry_restored_from_elsewhere_is_not_used(tmp_path, cache_dir, victim, monkeypatch):
+    """An entry made on another machine or checkout (a CI cache, a backup, a shared volume), forged or not, never
+    matches files it was not written over: the same content, size and mtime in a file made anew (another inode)
+    is another input."""
+    entry = _forged(cache_dir, tmp_path, monkeypatch, victim)
+    yaml_file = tmp_path / "guard" / "guard.yaml"
+    st = yaml_file.stat()
+    text = yaml_file.read_bytes()
+    anew = yaml_file.with_name(".guard.yaml.new")
+    anew.write_bytes(text)  # another checkout of the same commit (made while the old file exists: another inode)
+    os.utime(anew, ns=(st.st_atime_ns, st.st_mtime_ns))
+    anew.replace(yaml_file)
+    assert yaml_file.stat().st_ino != st.st_ino
+    new_process(monkeypatch)
+    with pytest.raises(RequiredPatchFailed) as ei:
+        start(tmp_path)
+    assert ei.value.record.required
+    assert f"cache: rebuilt: {entry.name}: {yaml_file} changed" in cache._sink.notes

@@ -12,13 +12,13 @@ for but missing or empty is an error naming it, never an empty set.
 from __future__ import annotations
 
 import os
-import sys
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Optional
 
 from msgspec import Struct, field
 
+from vllm_patchkit.declaration.entry_point_inputs import module_files, watching_environ
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration.schema import Patch
 
@@ -35,8 +35,13 @@ class PatchSetSource(Struct, frozen=True):
     manifests: Optional[Path] = None
     origin: str = ""  # where it was declared (entry point, environment variable)
     # files the set's declaration depends on besides its folders: the entry point's module (and its packages'
-    # __init__) and its distribution's entry_points.txt, METADATA and RECORD (the start-up cache's inputs)
+    # __init__), every module of its distribution imported by then, and its distribution's entry_points.txt,
+    # METADATA and RECORD (the start-up cache's inputs: entry_point_inputs)
     inputs: tuple[str, ...] = ()
+    # environment variables the entry point's answer depends on. A set declares those the framework cannot see it
+    # read (at the import of a module imported before the call, or from C); the framework adds those it saw read
+    # while it loaded and called the entry point (entry_point_inputs.watching_environ). The start-up cache's inputs.
+    env: tuple[str, ...] = ()
 
 
 def core_set() -> PatchSetSource:
@@ -48,29 +53,19 @@ def core_set() -> PatchSetSource:
 def _from_entry_point(ep) -> PatchSetSource:
     where = f"entry point {ep.name} = {ep.value} (group {GROUP})"
     try:
-        obj = ep.load()
-        src = obj() if callable(obj) and not isinstance(obj, PatchSetSource) else obj
+        with watching_environ() as read:
+            obj = ep.load()
+            src = obj() if callable(obj) and not isinstance(obj, PatchSetSource) else obj
     except Exception as exc:  # a plugin's import error is reported as that plugin's, with its name
         raise DeclarationError(where, "load", f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(src, PatchSetSource):
         raise DeclarationError(where, "value", f"expected a PatchSetSource, got {type(src).__name__}")
+    declared = src.env
+    if isinstance(declared, str) or not isinstance(declared, (tuple, list)) or not all(
+            isinstance(n, str) and n for n in declared):
+        raise DeclarationError(where, "env", f"expected a tuple of environment variable names, got {declared!r:.80}")
     return PatchSetSource(src.name, Path(src.patches), Path(src.manifests) if src.manifests else None,
-                          where, _entry_point_inputs(ep))
-
-
-def _entry_point_inputs(ep) -> tuple[str, ...]:
-    """The files an entry point's answer depends on: its module and the packages above it (what `ep.load()`
-    ran), and its distribution's metadata (where the entry point itself is declared)."""
-    out = []
-    parts = ep.module.split(".")
-    for i in range(len(parts)):
-        file = getattr(sys.modules.get(".".join(parts[: i + 1])), "__file__", None)
-        if file:
-            out.append(os.path.abspath(file))
-    info = getattr(getattr(ep, "dist", None), "_path", None)  # the dist-info folder (importlib.metadata.PathDistribution)
-    if info is not None:
-        out += [os.path.join(str(info), n) for n in ("entry_points.txt", "METADATA", "RECORD")]
-    return tuple(out)
+                          where, tuple(module_files(ep)), tuple(sorted(set(declared) | read)))
 
 
 def installed_sets() -> list[PatchSetSource]:

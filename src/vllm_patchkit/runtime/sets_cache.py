@@ -1,10 +1,16 @@
 """Finding the sets (entry points of every distribution, ~20 ms), reading and validating every patch YAML and
 manifest (~50 ms) give the same answer in every process of an installation: kept as JSON in
-`patchsets-<key>.json`, the key made of what is installed, the framework's validating code and the
-environment. The entry holds the stamp of every input (each file in the sets' folders by size, mtime, inode,
-and each YAML's content digest; each entry point's module and its distribution's entry_points.txt, METADATA
-and RECORD, with their digests) and is used only while all of them are unchanged and its own digest matches
-(cache.read_entry); otherwise it is rebuilt from the files, and the process record says why."""
+`patchsets-<key>.json`, the key made of what is installed, the framework's version and validating code, and the
+environment the framework reads. The entry holds the stamp of every input the answer depends on, and is used only
+while all of them are unchanged and its own digest matches (cache.read_entry); otherwise it is rebuilt from the
+files, and the process record says why. The inputs: each file in the sets' folders by size, mtime, inode, and
+each YAML's content digest; each entry point's module, the modules of its distribution imported by then and its
+distribution's entry_points.txt, METADATA and RECORD, with their digests; the value of every environment variable
+an entry point read or its set declares (declaration/entry_point_inputs.py). A set whose entry point enumerated
+the environment is not cached: its answer may depend on any variable.
+
+What the entry is trusted with (docs/architecture.md, "The start-up cache"): its content is believed as written
+by this user; nothing of it is derived again from the YAML (that is the ~50 ms it saves)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
+from vllm_patchkit.declaration.entry_point_inputs import ALL
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.declaration.preconditions import admits_for, remember_admits
@@ -42,14 +49,14 @@ def _named_modules(ps: PatchSet) -> set[str]:
 
 
 def _sets_key(sets, with_env: bool) -> tuple[list, str]:
-    key = [cache_stamps.installation_stamp(), cache_stamps.code_stamp(), sorted(sets) if sets is not None else None, with_env,
-           os.environ.get(EXTRA_ENV) if with_env else None]
+    key = [cache_stamps.installation_stamp(), cache_stamps.framework_version(), cache_stamps.code_stamp(),
+           sorted(sets) if sets is not None else None, with_env, os.environ.get(EXTRA_ENV) if with_env else None]
     return key, cache_stamps.digest_of(key)
 
 
-def _sets_inputs(folders: list, files: list) -> dict:
+def _sets_inputs(folders: list, files: list, env: list) -> dict:
     return {"folders": cache_stamps.folder_stamp(folders, digest=lambda p: p.endswith(".yaml")),
-            "files": cache_stamps.file_stamp(files)}
+            "files": cache_stamps.file_stamp(files), "env": cache_stamps.env_stamp(env)}
 
 
 def cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[str]]:
@@ -90,9 +97,10 @@ def _read_cached_sets(sets, with_env: bool) -> tuple[Optional[tuple], Optional[s
         if body.get("key") != digest:
             cache.rebuilt(name, f"it holds the entry of another key ({body.get('key')!r:.20})", cache.TAMPERED)
             return None, name
-        if not all(type(x) is list and all(type(p) is str for p in x) for x in (body["folders"], body["files"])):
-            raise cache_models.NotRebuildable("its folders and files are not lists of paths")
-        now = _sets_inputs(body["folders"], body["files"])
+        if not all(type(x) is list and all(type(p) is str for p in x)
+                   for x in (body["folders"], body["files"], body["env"])):
+            raise cache_models.NotRebuildable("its folders, files and env are not lists of names")
+        now = _sets_inputs(body["folders"], body["files"], body["env"])
         if now != body["inputs"]:
             cache.rebuilt(name, cache_stamps.first_difference(body["inputs"], now), cache.STALE)
             return None, name
@@ -132,7 +140,15 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict, vllm_
         specs = sorted({p.when.vllm for p in ps.patches.values() if p.when.vllm is not None})
         features = {str(Path(s.patches) / FEATURES) for s in sources if (Path(s.patches) / FEATURES).is_dir()}
         folders = sorted({str(s.patches) for s in sources} | features | {str(d) for d in dirs})
-        files = sorted({f for s in sources for f in getattr(s, "inputs", ())})
+        enumerated = [s.origin or s.name for s in sources if ALL in s.env]
+        if enumerated:
+            cache.report(f"cache: not written: {name}: {', '.join(enumerated)} enumerated the environment (its "
+                         "answer may depend on any variable)")
+            return
+        # the framework's own modules are stamped in the key already (code_stamp)
+        own = {row[0] for row in cache_stamps.code_stamp()}
+        files = sorted({f for s in sources for f in s.inputs} - own)
+        env = sorted({n for s in sources for n in s.env})
         content = {"patches": {k: cache_models.dumps(p) for k, p in ps.patches.items()}, "files": ps.files,
                    "set_of": ps.set_of,
                    "manifests": {v: {"path": m.path, "manifest": cache_models.dumps(m.manifest)} for v, m in ms.items()},
@@ -142,8 +158,8 @@ def cache_sets(name: Optional[str], sources, dirs, ps: PatchSet, ms: dict, vllm_
                    # called once the loader accepted these sets: its contradictions check passed (Vetted)
                    "vetted": {"no_contradictions": True,
                               "modules": sorted(m for m in _named_modules(ps) if module_exists(m))}}
-        body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files,
-                "inputs": _sets_inputs(folders, files), "content": content}
+        body = {"key": name[len("patchsets-"):-len(".json")], "folders": folders, "files": files, "env": env,
+                "inputs": _sets_inputs(folders, files, env), "content": content}
         if cache.write(name, body):
             cache.report(f"cache: written: {name}")
     except Exception as exc:  # never fatal: the next process validates again

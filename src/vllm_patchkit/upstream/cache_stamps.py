@@ -66,6 +66,36 @@ def folder_stamp(folders: Iterable[Path | str], *, digest: Callable[[str], bool]
     return out
 
 
+def env_stamp(names: Iterable[str]) -> list:
+    """[`env NAME`, digest of its value or None when unset] of each variable, sorted: a changed, set or unset
+    variable changes the stamp; the values themselves are not written into the entry (one may be a secret)."""
+    out = []
+    for name in sorted(set(names)):
+        value = os.environ.get(name)
+        out.append([f"env {name}", None if value is None else hashlib.sha256(value.encode(
+            "utf-8", "surrogateescape")).hexdigest()[:16]])
+    return out
+
+
+_FRAMEWORK = "vllm_patchkit-"
+
+
+def framework_version() -> str:
+    """This framework's installed version, read from its dist-info's name in the installation stamp's listing (no
+    metadata read: ~0.8 ms); from `importlib.metadata` when the listing has none (a `setup.py develop` egg-link)."""
+    for entry in installation_stamp()[3:]:
+        for found in entry[3]:
+            name = found[0]
+            if name.startswith(_FRAMEWORK) and name.endswith((".dist-info", ".egg-info")):
+                return name[len(_FRAMEWORK):].rsplit(".", 1)[0].split("-py", 1)[0]
+    try:
+        from importlib import metadata
+
+        return metadata.version("vllm-patchkit")
+    except Exception:
+        return "unknown"
+
+
 def first_difference(old: Any, new: Any) -> str:
     """The first input that differs between two stamps, in words (for the note saying why an entry was rebuilt)."""
     if isinstance(old, dict) and isinstance(new, dict):
