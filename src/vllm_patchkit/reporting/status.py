@@ -10,7 +10,7 @@ from typing import Optional
 
 from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
-from vllm_patchkit.reporting.verdict import OK, assess, ends, is_inert, never_applied, warnings_of
+from vllm_patchkit.reporting.verdict import OK, assess, ends, is_inert, never_applied, verified_against, warnings_of
 
 
 def to_json(run: Optional[Run], min_steps: int = 8) -> str:
@@ -72,7 +72,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 state += ", APPLIED NOWHERE"  # required, and applied in no process of the run
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
                 state += ", SHADOWED"
-            if rec.get("warning"):
+            if rec.get("warning") or verified_against(rec):
                 state += ", WARNING"
             reason = rec.get("reason") or ""
             if rec.get("state") in ("failed", "refused") and rec.get("code") != "refused" and \
