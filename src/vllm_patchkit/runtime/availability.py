@@ -57,7 +57,7 @@ def planned_version(versions: list, entry, running: str, manifest_path: Optional
     best = fitting[-1]
     return best, None, Unavailable("not_listed", f"{Path(manifest_path or '?').name} lists {listed.key}, whose "
                                                  f"when.vllm {listed.when.vllm!r} excludes vLLM {running}; {best.key} "
-                                                 "is the version for it, and no manifest pins it there")
+                                                 "is the version for it and is not listed there")
 
 
 def allowed_unpatched(pid: str) -> bool:
