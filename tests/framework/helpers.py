@@ -69,3 +69,26 @@ def make_loader(tmp: Path, docs: dict[str, dict], entries: list[dict], role: str
 
 def write_module(tmp: Path, name: str, source: str) -> None:
     (tmp / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+def edit_in_tree(monkeypatch, spec: str, source: str):
+    """vLLM's module-level function at `spec` as an edited source tree would define it: `source` (a def of the same
+    name) compiled as vLLM's own code and installed in the module for the test (monkeypatch undoes it).
+
+    The one fake: an edited file cannot be written into the shared venv, so the edited text is given to
+    `linecache` under a file name of its own beside the module's (`<module>_edited.py`, inside vLLM's package,
+    where an edited tree's file would be): the loader reads the def from there as it reads any live target, sees
+    vLLM's code (not a foreign replacement), and the start-up fingerprint cache (keyed by a file's stat) holds
+    nothing for it."""
+    import importlib
+    import linecache
+
+    module_name, _, name = spec.partition(":")
+    module = importlib.import_module(module_name)
+    text = textwrap.dedent(source)
+    fname = module.__file__[: -len(".py")] + "_edited.py"
+    monkeypatch.setitem(linecache.cache, fname, (len(text), None, text.splitlines(keepends=True), fname))
+    namespace = dict(vars(module))
+    exec(compile(text, fname, "exec"), namespace)
+    monkeypatch.setattr(module, name, namespace[name])
+    return namespace[name]

@@ -251,7 +251,8 @@ def test_records_written_atomically_per_process(tmp_path, modules):
 
 
 def test_no_manifest_for_release_skips_needed_optional_patch_with_a_warning(tmp_path, modules):
-    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.40.0")
+    loader = make_loader(tmp_path, {"kv": kv_patch()}, [pinned_entry("kv@1", KV)], vllm_version="0.40.0",
+                         policy="skip")  # the default, nearest, judges it against 0.31.0's pins (test_nearest.py)
     loader.run_import_stage()
     rec = loader.records["kv"]
     assert (rec.state, rec.code, rec.found) == ("skipped", "unavailable", "no_manifest")

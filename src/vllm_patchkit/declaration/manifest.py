@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 import msgspec
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
@@ -17,7 +17,8 @@ from vllm_patchkit.declaration.pins import Manifest
 log = logging.getLogger("vllm.patchkit")
 
 POLICY_ENV = "VLLM_PATCHKIT_ON_UNKNOWN_VLLM"
-POLICIES = ("skip", "nearest", "error")
+POLICIES = ("nearest", "skip", "error")
+DEFAULT_POLICY = "nearest"  # why it is as safe as an exact pin: docs/troubleshooting.md, "A release no manifest pins"
 
 
 class Loaded(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper than a frozen dataclass
@@ -107,26 +108,68 @@ def load_manifests(directories: list[Path] | Path, patch_set: PatchSet) -> dict[
     return out
 
 
+def _pep440(version: str) -> bool:
+    try:
+        Version(version)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def exact_release(pinned: str, running: str) -> bool:
+    """A manifest pins this very vLLM: the same public version (a local label such as `+cpu` or `+cu129` names a
+    build of the same source). A post release, a dev build or a release candidate is another release."""
+    try:
+        return Version(Version(pinned).public) == Version(Version(running).public)
+    except InvalidVersion:
+        return pinned == running
+
+
+def nearest_release(releases, running: str) -> Optional[str]:
+    """The pinned release whose pins a vLLM no manifest pins is judged against: the newest one at or below the
+    running version's release segment (PEP 440 ordering of epoch and release; pre, post, dev and local dropped):
+    0.31.1 -> 0.31.0, 0.31.0.post1 -> 0.31.0, 0.34.1.dev12+g... -> 0.34.1 if pinned, else 0.34.0. None when the
+    running version is older than every pinned release, or is no PEP 440 version."""
+    try:
+        base = Version(Version(running).base_version)
+    except InvalidVersion:
+        return None
+    older = [v for v in releases if Version(Version(v).base_version) <= base]
+    return max(older, key=Version, default=None)
+
+
+def nearest_of(loaded: Optional[Loaded], running: str) -> Optional[str]:
+    """The release whose pins stand in for this one's (None: an exact pin, or no manifest at all)."""
+    if loaded is None or exact_release(loaded.manifest.vllm, running):
+        return None
+    return loaded.manifest.vllm
+
+
 def select(manifests: dict[str, Loaded], vllm_version: str, policy: Optional[str] = None) -> tuple[Optional[Loaded], str]:
     """The manifest for this release, per policy when none pins it exactly. Returns (manifest, note)."""
-    policy = policy or os.environ.get(POLICY_ENV, "skip")
+    policy = policy or os.environ.get(POLICY_ENV) or DEFAULT_POLICY
     if policy not in POLICIES:
         raise DeclarationError(POLICY_ENV, "value", f"expected one of {', '.join(POLICIES)}, got {policy!r}")
-    installed = Version(vllm_version)
     for ver, loaded in manifests.items():
-        if Version(ver) == installed or Version(ver) == Version(installed.base_version):
+        if exact_release(ver, vllm_version):
             return loaded, f"manifest {Path(loaded.path).name}"
     known = ", ".join(sorted(manifests, key=Version)) or "none"
     if policy == "error":
         raise DeclarationError(POLICY_ENV, "error", f"no manifest pins vLLM {vllm_version} (known: {known})")
-    if policy == "nearest":
-        older = [v for v in manifests if Version(v) < installed]
-        if older:
-            best = manifests[max(older, key=Version)]
-            note = f"no manifest for vLLM {vllm_version}; using nearest older {Path(best.path).name} ({POLICY_ENV}=nearest), fingerprints verified live"
-            log.warning("vllm-patchkit: %s", note)
-            return best, note
-    note = (f"no manifest pins vLLM {vllm_version} (known: {known}); patches a model does not need are skipped, "
-            f"a required patch it needs refuses start-up ({POLICY_ENV}={policy})")
+    older = nearest_release(manifests, vllm_version) if policy == "nearest" else None
+    if older is not None:
+        best = manifests[older]
+        note = (f"no manifest pins vLLM {vllm_version} (known: {known}); each needed patch is judged against the pins "
+                f"of {older} ({Path(best.path).name}), the nearest pinned release at or below it ({POLICY_ENV}="
+                f"nearest): it applies only where every live fingerprint it depends on equals that pin, and its "
+                f"record says \"verified against the pins of {older} on {vllm_version}\"")
+        log.warning("vllm-patchkit: %s", note)
+        return best, note
+    why = ""
+    if policy == "nearest" and manifests:
+        why = (" and it is older than every pinned release" if _pep440(vllm_version) else
+               " and it is no PEP 440 version, so no pinned release is nearest")
+    note = (f"no manifest pins vLLM {vllm_version} (known: {known}){why}; patches a model does not need are "
+            f"skipped, a required patch it needs refuses start-up ({POLICY_ENV}={policy})")
     log.warning("vllm-patchkit: %s", note)
     return None, note

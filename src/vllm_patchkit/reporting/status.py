@@ -12,7 +12,7 @@ from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
 from vllm_patchkit.reporting.terminal_text import rich_text
 from vllm_patchkit.reporting.verdict import (OK, assess, ends, is_inert, never_applied, raised_words, unwritten,
-                                             warnings_of)
+                                             verified_against, warnings_of)
 
 
 def to_json(run: Optional[Run], min_steps: int = 8) -> str:
@@ -86,7 +86,7 @@ def render(run: Optional[Run], min_steps: int = 8, show_skipped: bool = False) -
                 state += ", APPLIED NOWHERE"  # required, and applied in no process of the run
             if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
                 state += ", SHADOWED"
-            if rec.get("warning"):
+            if rec.get("warning") or verified_against(rec):
                 state += ", WARNING"
             raised = raised_words(rec)
             if raised:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from vllm_patchkit.reporting.run_folder import Run
+from vllm_patchkit.runtime.nearest import VERIFIED_AGAINST
 
 OK, BAD, NONE = 0, 1, 2
 #: Seconds a live process's record may be older than its flusher's promise (`refresh_seconds` plus two
@@ -241,12 +242,21 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     return (BAD if problems else OK), problems
 
 
+def verified_against(rec: dict) -> Optional[str]:
+    """An applied patch verified against the pins of another release (no manifest pins the running one):
+    "the pins of 0.31.0 on 0.31.1" (runtime/nearest.py writes it). A warning, never a silent OK."""
+    said = (rec.get("detail") or {}).get(VERIFIED_AGAINST)
+    return said if rec.get("state") == "applied" and isinstance(said, str) else None
+
+
 def warnings_of(run: Optional[Run]) -> list[str]:
     """What an operator must see but that does not fail the run: needed optional patches not
-    applied, required ones served without by explicit permission, no exact manifest."""
+    applied, required ones served without by explicit permission, no exact manifest, each patch verified against
+    the pins of the nearest pinned release (one line per patch, naming every process it applied in)."""
     if run is None:
         return []
     out = list(run.warnings) + [r for r in run.refused if r not in run.warnings]
+    nearest: dict[tuple[str, str], list[str]] = {}
     for proc in run.processes:
         for w in proc.get("warnings") or []:
             if w not in out:
@@ -257,4 +267,8 @@ def warnings_of(run: Optional[Run]) -> list[str]:
             if not rec.get("required") and raised_words(rec):
                 out.append(f"{rec['patch']} in {proc.get('role')} (pid {proc.get('pid')}): optional patch: "
                            f"{raised_words(rec)}")
+            said = verified_against(rec)
+            if said is not None:
+                nearest.setdefault((rec["patch"], said), []).append(f"{proc.get('role')} (pid {proc.get('pid')})")
+    out += [f"{key} in {', '.join(where)}: verified against {said}" for (key, said), where in nearest.items()]
     return out

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from vllm_patchkit.declaration.preconditions import version_matches
+
 
 log = logging.getLogger("vllm.patchkit")
 
@@ -27,14 +29,35 @@ class Unavailable(NamedTuple):  # a NamedTuple: built at every start-up, ~10x ch
 
 
 def unavailable(pid: str, manifest, manifest_path: Optional[str], manifest_note: str,
-                vllm_version: str) -> Unavailable:
-    """The manifest's answer for a patch it does not list."""
+                vllm_version: str, pins_of: Optional[str] = None) -> Unavailable:
+    """The manifest's answer for a patch it does not list (`pins_of`: the nearest pinned release standing in for
+    this one, whose manifest it is)."""
     if manifest is None:  # the note's first clause; the process record carries the whole note once
         return Unavailable("no_manifest", manifest_note.split(";")[0])
+    nearest = f" (the nearest pinned release: no manifest pins vLLM {vllm_version})" if pins_of else ""
     for na in manifest.not_applicable:
         if na.patch == pid:
-            return Unavailable("not_applicable", f"not applicable on vLLM {vllm_version}: {na.reason}")
-    return Unavailable("not_listed", f"not listed in {Path(manifest_path or '?').name}")
+            return Unavailable("not_applicable", f"not applicable on vLLM {pins_of or vllm_version}{nearest}: {na.reason}")
+    return Unavailable("not_listed", f"not listed in {Path(manifest_path or '?').name}{nearest}")
+
+
+def planned_version(versions: list, entry, running: str, manifest_path: Optional[str]) -> tuple:
+    """(the patch version to plan, its manifest entry or None, an Unavailable or None), `versions` oldest first.
+
+    The listed version, unless its own `when.vllm` excludes the running release while another version admits it:
+    that one is the version needed here, and it has no pin (a release judged against the nearest release's pins,
+    or an optional patch a manifest lists against its own range). Taking the listed one would skip the patch as
+    "not needed" without a word."""
+    fitting = [p for p in versions if version_matches(p.when, running)]
+    if entry is None:
+        return (fitting or versions)[-1], None, None
+    listed = next(p for p in versions if p.key == entry.patch)
+    if not fitting or version_matches(listed.when, running):
+        return listed, entry, None
+    best = fitting[-1]
+    return best, None, Unavailable("not_listed", f"{Path(manifest_path or '?').name} lists {listed.key}, whose "
+                                                 f"when.vllm {listed.when.vllm!r} excludes vLLM {running}; {best.key} "
+                                                 "is the version for it and is not listed there")
 
 
 def allowed_unpatched(pid: str) -> bool:

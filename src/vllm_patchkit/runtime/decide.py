@@ -15,6 +15,7 @@ from vllm_patchkit.declaration.preconditions import Unknown, held, unmet_at_conf
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched, refusal_message
+from vllm_patchkit.runtime import nearest
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.kinds.base import Skip
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, REFUSED, SKIPPED, PatchRecord
@@ -179,6 +180,8 @@ class Decisions:
             rec.set(SKIPPED, result.code, result.reason, result.expected, result.found)
             return SETTLED
         if isinstance(result, Finding):
+            if self.pins_of is not None:  # a release no manifest pins: say whose pins the difference is from
+                result = nearest.judged(result, self.pins_of, self.vllm_version)
             rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
             if patch.required:
                 self._required_failed(patch, result.code, result.reason, result.expected, result.found)
@@ -186,4 +189,6 @@ class Decisions:
             rec.set(FAILED, result.code, result.reason, result.expected, result.found)
             return SETTLED
         self.decided.add(patch.id)
+        if self.pins_of is not None:  # verified against another release's pins: its record (and status) say so
+            nearest.mark_verified(rec.detail, self.pins_of, self.vllm_version)
         return result

@@ -21,18 +21,19 @@ from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
 from vllm_patchkit.declaration.patchsets import CORE, discover
-from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held, version_matches
+from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.applied import Applied
-from vllm_patchkit.runtime.availability import Unavailable, unavailable
+from vllm_patchkit.runtime.availability import Unavailable, planned_version, unavailable
 from vllm_patchkit.runtime.decide import Decisions, Deferred, NeededButUnavailable
 from vllm_patchkit.runtime.hosting import Hosting
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.runtime.flush import write_record
 from vllm_patchkit.runtime.raised import publish as publish_raised
+from vllm_patchkit.runtime.release import installed_vllm_version, judged_version  # noqa: F401 (its old home)
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
                                           ProcessRecord, run_id)
 from vllm_patchkit.runtime.sets_cache import Vetted, cache_sets, cached_sets
@@ -43,12 +44,6 @@ from vllm_patchkit.runtime.verify import Verified
 from vllm_patchkit.runtime.waiting import Waiting
 
 log = logging.getLogger("vllm.patchkit")
-
-def installed_vllm_version() -> str:
-    import vllm
-
-    return str(vllm.__version__)
-
 
 class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
     """Holds one process's plan, the applied patches, and their records."""
@@ -70,7 +65,10 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         self.patch_set = patch_set
         self.role = role
         self.hosted: set[str] = set()  # other roles whose code runs in this process too (hosting.py)
-        self.vllm_version = vllm_version or installed_vllm_version()
+        seam = None  # the test seam's warning (release.py), when vLLM's version is read here
+        if vllm_version is None:
+            vllm_version, seam = judged_version()
+        self.vllm_version = vllm_version
         self.facts = Facts(self.vllm_version, platform if platform is not None else current_platform_name(), role)
         self.status_dir = status_dir
         self.write_records = write_records
@@ -87,6 +85,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         self.manifests = manifests
         self.unavailable: dict[str, Unavailable] = {}  # patch id -> why this release offers no entry
         self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
+        self.pins_of = manifests_mod.nearest_of(self.loaded, self.vllm_version)  # None: an exact pin, or none
         self.process = ProcessRecord(
             run_id=run_id(),
             role=role,
@@ -96,7 +95,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             manifest=Path(self.loaded.path).name if self.loaded else None,
             started=time.time(),
             notes=[self.manifest_note],
-            warnings=[] if self.manifest_note.startswith("manifest ") else [self.manifest_note],
+            warnings=[w for w in (seam, None if self.manifest_note.startswith("manifest ") else self.manifest_note) if w],
         )
         self.records: dict[str, PatchRecord] = {}
         self._flushing = threading.RLock()  # the flusher thread, a note's flush: the newer snapshot is written last
@@ -152,17 +151,15 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         marked_na = {n.patch for n in (m.not_applicable if m else [])}
         for pid in sorted({p.id for p in self.patch_set.patches.values()}):
             versions = sorted(self.patch_set.by_id(pid), key=lambda p: p.version)
-            fitting = [p for p in versions if version_matches(p.when, self.vllm_version)]
-            entry = listed.get(pid)
-            patch = self.patch_set.patches[entry.patch] if entry else (fitting or versions)[-1]
+            path = self.loaded.path if self.loaded else None
+            patch, entry, excluded = planned_version(versions, listed.get(pid), self.vllm_version, path)
             chosen[pid] = (patch, entry)
             rec = PatchRecord(patch=patch.key, patch_set=self.patch_set.set_of.get(patch.key), kind=patch.kind.value,
                               required=patch.required, stage=patch.stage, target=patch.target,
                               expected_calls=patch.expected_calls.value)
             self.records[pid] = rec
             if entry is None:
-                why = unavailable(pid, m, self.loaded.path if self.loaded else None, self.manifest_note,
-                                  self.vllm_version)
+                why = excluded or unavailable(pid, m, path, self.manifest_note, self.vllm_version, self.pins_of)
                 if patch.observer and pid not in marked_na:
                     rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
                 else:

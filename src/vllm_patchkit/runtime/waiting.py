@@ -13,6 +13,7 @@ from vllm_patchkit.declaration.errors import RequiredPatchFailed
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.decide import Deferred, NeededButUnavailable
+from vllm_patchkit.runtime import nearest
 from vllm_patchkit.runtime.lazy import HOOK
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING
 from vllm_patchkit.runtime.verify import Verified, verify_use
@@ -113,6 +114,8 @@ class Waiting:
             rec.detail.setdefault("uses_verified_on_import", []).append(spec)
             return
         self.applied.pop(patch.id).undo()  # it must not run on a callable that is no longer what was pinned
+        if self.pins_of is not None:
+            found = nearest.judged(found, self.pins_of, self.vllm_version)
         reason = f"{found.reason} (verified when {module} was imported; the patch was taken back)"
         if patch.required:
             self._required_failed(patch, found.code, reason, found.expected, found.found)

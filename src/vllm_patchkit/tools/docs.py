@@ -172,6 +172,16 @@ def render_manifests(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
             lines.append(f"- `{pid}`: " + "; ".join(
                 f"v{p.version} admits {'`' + p.when.vllm + '`' if p.when.vllm else 'every release'} "
                 f"(target `{p.target}`)" for p in versions_of))
+    lines += ["", "## Releases no manifest pins\n",
+              "A patch or post release, a dev build or a source tree of vLLM with no manifest of its own is judged, by "
+              "default (`VLLM_PATCHKIT_ON_UNKNOWN_VLLM=nearest`), per patch against the pins of the **nearest pinned "
+              "release**: the newest release of the table above at or below its release segment (PEP 440: 0.31.1 and 0.31.0.post1 "
+              "-> 0.31.0; 0.34.1.dev12+g... -> 0.34.1 if pinned, else 0.34.0). A local label (`+cpu`) is the same "
+              "release; a vLLM older than every release above is handled as `skip`. A needed patch applies only where "
+              "every live fingerprint it depends on equals that pin, and its record says \"verified against the pins "
+              "of 0.31.0 on 0.31.1\" (a warning in `status`); a difference refuses it, naming the target. `when.vllm` "
+              "is judged on the running release, never on the nearest one. Why this is as safe as an exact pin: "
+              "docs/troubleshooting.md, \"A release no manifest pins\".\n"]
     lines += ["", "## Files\n"] + [f"- vLLM {v}: `{_shown(manifests[v].path)}` (merged with every set's manifest for vLLM {v}) "
                                    f"({manifests[v].manifest.generated_by})" for v in versions]
     return "\n".join(lines) + "\n"
