@@ -323,7 +323,7 @@ class Scan:
             for site in by:
                 if where not in site.hints.get("reimplements", []):
                     site.hints.setdefault("reimplements", []).append(where)
-                    site.facts.setdefault("reimplements_scores", {})[where] = round(score, 2)
+                    site.facts.setdefault("reimplements_scores", {})[where] = score
                     site.notes.append(f"copies {where} (similarity {score:.2f})")
 
         for pf, tree in trees:
