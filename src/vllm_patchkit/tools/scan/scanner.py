@@ -293,7 +293,7 @@ class Scan:
         installers: dict[int, list[Site]] = {}  # id(plugin def) -> the sites installing it
         reached: dict[int, list[str]] = {}  # id(plugin def) -> its sites' targets (compared at MIN_LINES)
         classes: list[str] = []  # the vLLM classes the sites patch or subclass: their methods are candidates
-        nodes: dict[int, ast.AST] = {}
+        nodes: dict[int, ast.AST] = {}  # closures and nested defs too, not only the file's top-level ones
         for site in sites:
             f = site.facts
             node = None
@@ -304,14 +304,12 @@ class Scan:
                     node = self.defs.get(f["impl_spec"])
             elif site.mechanism == "subclass_override" and site.target:
                 node = f.get("fn")
-            if site.target and "." in site.target.partition(":")[2]:
-                owner = site.target.rpartition(".")[0]
-                if owner not in classes:
-                    classes.append(owner)
+            if site.target and "." in site.target.partition(":")[2] and site.target.rpartition(".")[0] not in classes:
+                classes.append(site.target.rpartition(".")[0])
             if isinstance(node, FUNC):
                 installers.setdefault(id(node), []).append(site)
                 reached.setdefault(id(node), []).append(site.target)
-                nodes[id(node)] = node  # closures and nested defs too, not only the file's top-level ones
+                nodes[id(node)] = node
 
         def record(node, qual: str, where: str, score: float, path: str) -> None:
             by = installers.get(id(node), [])
