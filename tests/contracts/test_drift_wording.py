@@ -242,6 +242,7 @@ def test_text_reports_a_shared_breakage_once_per_target(scenario):
         "            note: changes this patch survives: `vllm-patchkit pin` carries it forward\n"
         "breakages, by target:\n"
         f"  - [parameter_now_required] {NOW_REQUIRED} — affects count-f@1, trace-f@1 ({BREAKS})\n"
+        "compatible changes (the patches survive them):\n"  # not a breakage: not under that heading (issue 31)
         f"  - [required_parameter_added] {G_ADDED} — affects wrap-g@1 ({SURVIVES})\n"
         "0 ok, 1 compatible, 0 stale, 2 broken, 0 unpinned, 0 not applicable, 0 retirable on vLLM 2.0.0\n")
     assert report.exit_code() == 1

@@ -35,9 +35,9 @@ def test_write_validates_and_pins(tmp_path, flash_head, upstream):
     assert len(yamls) == sum(1 for s in result.sites if s.declare) == 6
     for y in yamls:
         p = validate(y.read_text())
-        assert p.why.startswith("TODO") and p.required is False
+        assert p.why.startswith("TODO") and p.required is True and p.draft is True
     assert (folder / "manifests").is_dir() and not any((folder / "manifests").iterdir())
-    ps = load_patch_set([folder])
+    ps = load_patch_set([folder])  # valid files; the loader, pin and check refuse the marker
     assert len(ps.patches) == 6
     sys.path.insert(0, str(tmp_path))
     try:
@@ -53,8 +53,9 @@ def test_write_validates_and_pins(tmp_path, flash_head, upstream):
     out = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "pin", "--dry-run", "--patch-dir", str(folder),
                           "--manifest-dir", str(folder / "manifests")], capture_output=True, text=True, env=env,
                          timeout=600)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # the plan is shown; unreviewed drafts are refused by name
     assert out.stdout.count("  list ") == 6 and "n/a" not in out.stdout, out.stdout
+    assert out.stderr.count(": draft: drafted by `vllm-patchkit scan --write` and not reviewed") == 6, out.stderr
 
 
 def test_drafts_of_every_kind_validate(tmp_path, upstream):

@@ -172,6 +172,7 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     counts_steps: bool = False
     config_ready: bool = False
     observer: bool = False
+    draft: bool = False  # scan --write's marker: unreviewed; refused by the loader, pin and check
 
 
 __all__ = [

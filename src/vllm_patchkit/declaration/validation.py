@@ -197,6 +197,12 @@ class Patch(PatchReading, Strict):
         description="a pure counted forwarder the framework needs to learn what a model needs (config-ready points, "
                     "step counters): applied unpinned, and marked so, where no manifest entry exists but its target does",
     )
+    draft: bool = Field(
+        default=False,
+        description="written by `vllm-patchkit scan --write`: a draft nobody has reviewed yet. The loader refuses "
+                    "to load it, `pin` and `check` exit 1 naming the file, until a person reviews the patch and "
+                    "deletes this line (docs/adopting.md)",
+    )
 
     @model_validator(mode="after")
     def _feature_fields(self) -> "Patch":

@@ -24,6 +24,7 @@ from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
+from vllm_patchkit.declaration.review import refuse_drafts
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.availability import Unavailable, planned_version, unavailable
@@ -62,6 +63,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         lazy: bool = False,
         vetted: Optional[Vetted] = None,
     ):
+        refuse_drafts(patch_set)  # an unreviewed draft is a guess, never applied (declaration/review.py)
         self.patch_set = patch_set
         self.role = role
         self.hosted: set[str] = set()  # other roles whose code runs in this process too (hosting.py)

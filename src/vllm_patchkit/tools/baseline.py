@@ -73,7 +73,8 @@ def with_source_diffs(release: Release, pinned_on: str, breakages: list[Breakage
             was = old.definition(b.target) if old is not None else None
             now = release.definition(b.target)
             if was is not None and now is not None:
-                text = body_diff(was, now, f"{b.target} (vLLM {pinned_on})", f"{b.target} (vLLM {release.version()})")
+                text = body_diff(was, now, f"{b.target} (vLLM {pinned_on})", f"{b.target} (vLLM {release.version()})",
+                                 limit=None)  # whole: JSON carries it all, the text renderers cut it
                 b = b._replace(diff=text or "the normalised bodies read the same; the digest rule differs")
             else:
                 b = b._replace(diff=why if old is None else f"no diff: {b.target} not readable in both releases")

@@ -34,7 +34,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_patchkit.reporting.terminal_text import printable
-from vllm_patchkit.tools import live
+from vllm_patchkit.tools import live, unreviewed
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.baseline import Baseline, exact, older_entry, pinned_release, with_source_diffs
@@ -85,6 +85,7 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
         if bkey is None:
             raise ReleaseError(f"no manifest pins vLLM {baseline} (known: {', '.join(sorted(manifests, key=Version)) or 'none'})")
     results = []
+    gate = unreviewed.problems(patch_set)  # drafts, placeholders, stubs: refused before any pin is trusted
     for pid in sorted({p.id for p in patch_set.patches.values()}):
         newest = max(patch_set.by_id(pid), key=lambda p: p.version)
         res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
@@ -96,6 +97,11 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
             res.retire, probe_errors, res.kept = retirement(release, patch)
         res.breakages.extend(probe_errors)
         if probe_errors and res.status == "ok":
+            res.status = "broken"
+        refused = [b for p in sorted(patch_set.by_id(pid), key=lambda p: p.version)
+                   for b in unreviewed.breakages(patch_set, gate, p.key)]
+        if refused:
+            res.breakages.extend(refused)
             res.status = "broken"
         results.append(res)
     if own is not None:

@@ -43,6 +43,7 @@ from typing import Optional
 
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.baseline import exact
+from vllm_patchkit.tools import unreviewed
 from vllm_patchkit.tools.command_args import add_release_args, patch_set_and_manifest_dir
 from vllm_patchkit.tools.examine import set_on_path
 from vllm_patchkit.tools.manifest_files import dump_fingerprint, read_manifests, write, write_by_set
@@ -95,10 +96,20 @@ def parse_not_applicable(values: Optional[list[str]]) -> dict[str, str]:
     return out
 
 
+class Unreviewed(PatchkitError):
+    """Drafts, placeholders and stubs in the patch set (`unreviewed.py`): nothing is pinned (exit 1)."""
+
+    def __init__(self, errors: list):
+        self.errors = errors
+        super().__init__(f"{len(errors)} problem(s) a person must fix before pinning; nothing written:\n"
+                         + unreviewed.render(errors))
+
+
 @dataclass
 class Pinned:
     manifest: Manifest
     notes: list[str] = field(default_factory=list)  # what changed or needs a human
+    unreviewed: list = field(default_factory=list)  # plan_only: what refuses the real pin (`Unreviewed`)
 
 
 def _contradiction(patch_set: PatchSet, own_key: str, own: Manifest, key: str, patch, version: str,
@@ -118,16 +129,20 @@ def _contradiction(patch_set: PatchSet, own_key: str, own: Manifest, key: str, p
 
 def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], *,
                 generated_by: str, not_applicable_by_hand: Optional[dict[str, str]] = None,
-                paths: Optional[dict[str, str]] = None) -> Pinned:
+                paths: Optional[dict[str, str]] = None, plan_only: bool = False) -> Pinned:
     """The manifest for `release` (see the module docstring for what is kept and decided).
 
     `not_applicable_by_hand`: {patch id: reason} a person decided (`--not-applicable`); raises
     `RequiredPatchesDoNotFit` when a required patch would otherwise be marked not applicable (also when no
     version's `when.vllm` admits the release). `paths`: release -> its manifest file (to name it in errors).
+    Raises `Unreviewed` for a draft, a placeholder or a stub (`plan_only`: kept in `Pinned.unreviewed`).
     """
     version = release.version()
     if version is None:
         raise ReleaseError(f"cannot tell the version of {release.label}")
+    refused = unreviewed.problems(patch_set)
+    if refused and not plan_only:
+        raise Unreviewed(refused)
     by_hand = dict(not_applicable_by_hand or {})
     known = sorted({p.id for p in patch_set.patches.values()})
     unknown = [pid for pid in by_hand if pid not in known]
@@ -195,7 +210,7 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
     if required_broken:
         raise RequiredPatchesDoNotFit(version, required_broken)
     m = Manifest(vllm=version, generated_by=generated_by, patches=entries, not_applicable=not_applicable)
-    return Pinned(m, notes)
+    return Pinned(m, notes, refused)
 
 
 def render_plan(pinned: Pinned, label: str) -> str:
@@ -230,9 +245,12 @@ def cmd_pin(args: argparse.Namespace) -> int:
         by_hand = parse_not_applicable(args.not_applicable)
         release = open_release(args.vllm, args.source, live=args.live)
         pinned = pin_release(release, ps, manifests, generated_by=describe_source(release, args.source),
-                             not_applicable_by_hand=by_hand, paths=paths)
+                             not_applicable_by_hand=by_hand, paths=paths, plan_only=args.dry_run)
         if args.dry_run:
             print(render_plan(pinned, release.label))
+            if pinned.unreviewed:
+                print(printable(f"vllm-patchkit pin: {Unreviewed(pinned.unreviewed)}"), file=sys.stderr)
+                return 1
             return 0
         if args.out or args.manifest_dir:
             paths = [write(pinned.manifest, Path(args.out) if args.out else args.manifest_dir)]
@@ -240,7 +258,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
             raise PatchkitError("--patch-dir needs --manifest-dir or --out (where to write the manifest)")
         else:
             paths = write_by_set(pinned.manifest, ps, args.sets)
-    except RequiredPatchesDoNotFit as exc:
+    except (RequiredPatchesDoNotFit, Unreviewed) as exc:
         print(printable(f"vllm-patchkit pin: {exc}"), file=sys.stderr)
         return 1
     except (PatchkitError, DeclarationError, ReleaseError, FileNotFoundError, ValueError) as exc:
@@ -256,8 +274,9 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def add_pin(sub) -> None:
     p = sub.add_parser("pin", help="write manifests/vllm-VERSION.yaml from the real release",
-                       description="Exit 0: written; 1: a required patch does not fit the release (nothing written); "
-                                   "2: could not pin.")
+                       description="Exit 0: written; 1: a required patch does not fit the release, or a patch is "
+                                   "an unreviewed draft, holds a TODO placeholder or a stub that only raises "
+                                   "(nothing written); 2: could not pin.")
     add_release_args(p)
     p.add_argument("--dry-run", action="store_true",
                    help="print what would be listed, carried forward or marked not applicable, and why; write nothing "
@@ -270,4 +289,4 @@ def add_pin(sub) -> None:
     p.set_defaults(func=cmd_pin)
 
 
-__all__ = ["Pinned", "RequiredPatchesDoNotFit", "add_pin", "parse_not_applicable", "pin_release"]
+__all__ = ["Pinned", "RequiredPatchesDoNotFit", "Unreviewed", "add_pin", "parse_not_applicable", "pin_release"]

@@ -73,6 +73,12 @@ def _what_to_write(pid: str, patch, version: str, broken: list) -> str:
             f"above (and give {patch.key} `when: {{vllm: '<{version}'}}`), then re-run pin")
 
 
+def _never_na(patch) -> bool:
+    """Pin never marks it not applicable on its own: a required patch, or a draft (unreviewed: its `required`
+    is the scan's guess); only `--not-applicable ID=reason` does."""
+    return patch.required or patch.draft
+
+
 def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest], pid: str,
                version: str) -> Plan:
     """Choose the version of `pid` for `release` and its pins.
@@ -87,7 +93,7 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
     plan = Plan()
     if not candidates:
         ranges = ", ".join(f"{p.key}: {p.when.vllm}" for p in versions)
-        if any(p.required for p in versions):
+        if any(_never_na(p) for p in versions):
             # never marked not applicable behind a reviewer's back: the loader would skip it as not needed on
             # this release, and a model that needs it would start without it, silently (issue 21, item 6)
             files = ", ".join(f"{p.key}: {patch_set.files.get(p.key, '?')}" for p in versions)
@@ -100,7 +106,7 @@ def plan_patch(release: Release, patch_set: PatchSet, manifests: dict[str, Manif
         plan.not_applicable = NotApplicable(patch=pid, reason=f"no version admits vLLM {version} ({ranges})")
         plan.notes.append(f"{pid}: not applicable: no version's when.vllm admits {version} ({ranges})")
         return plan
-    required = any(p.required for p in candidates)
+    required = any(_never_na(p) for p in versions)  # as above: any version's word, not only the admitted ones
     base = older_entry(pid, manifests, version)
     tried: list[tuple[str, list]] = []
     base_patch = patch_set.patches.get(base.entry.patch) if base is not None else None

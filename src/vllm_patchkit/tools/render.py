@@ -8,6 +8,7 @@ from typing import Optional
 
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.report import Report
+from vllm_patchkit.upstream.sourcediff import cut
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -27,14 +28,35 @@ def render_text(report: Report) -> str:
         elif r.kept:
             lines.append(f"            not retirable: {r.kept}")
     findings = report.findings()
-    if findings:
+    breaking = [f for f in findings if f.breakage.breaking]
+    if breaking:  # the heading only over what breaks: a compatible change is no breakage
         lines.append("breakages, by target:")
-        for f in findings:
+        for f in breaking:
             lines.append(f"  - [{f.kind.value}] {f.explain()}")
             if f.breakage.diff:
-                lines.extend(f"      {line}" for line in f.breakage.diff.splitlines())
+                lines.extend(f"      {line}" for line in cut(f.breakage.diff).splitlines())
+    compatible = folded([f for f in findings if not f.breakage.breaking])
+    if compatible:
+        lines.append("compatible changes (the patches survive them):")
+        for f, targets in compatible:
+            if len(targets) == 1:
+                lines.append(f"  - [{f.kind.value}] {f.explain()}")
+            else:
+                body = f.explain()[len(f.target) + 2:]
+                shown = ", ".join(targets[:3]) + (f", and {len(targets) - 3} more" if len(targets) > 3 else "")
+                lines.append(f"  - [{f.kind.value}] {len(targets)} places: {body} ({shown})")
     lines.append(counts_line(report))
     return printable("\n".join(lines)) + "\n"
+
+
+def folded(findings: list) -> list[tuple]:
+    """Findings that read the same but for their place (one per copy of a target), as one (finding, places)."""
+    groups: dict[tuple, tuple] = {}
+    for f in findings:
+        body = f.explain()[len(f.target) + 2:]
+        key = (f.kind, f.patches, body)
+        groups.setdefault(key, (f, []))[1].append(f.target)
+    return list(groups.values())
 
 
 def counts_line(report: Report) -> str:
@@ -79,7 +101,7 @@ def render_github(report: Report) -> str:
             continue
         verb = "breaks" if len(f.patches) == 1 else "break"
         title = _gh_escape(f"{', '.join(f.patches)} {verb} on vLLM {report.vllm} ({f.kind.value})", True)
-        text = f.breakage.explain() + (f"\n{f.breakage.diff}" if f.breakage.diff else "")
+        text = f.breakage.explain() + (f"\n{cut(f.breakage.diff)}" if f.breakage.diff else "")
         lines.append(f"::error {file_of(f.patches[0])}title={title}::{_gh_escape(text)}")
     for r in report.results:
         file = file_of(r.patch)

@@ -56,6 +56,7 @@ class BreakageKind(str, Enum):
     implementation_unimportable = "implementation_unimportable"
     when_excludes = "when_excludes"
     foreign_replacement = "foreign_replacement"
+    unreviewed = "unreviewed"
 
 
 def _q(name: Any) -> str:
@@ -125,6 +126,7 @@ _EXPLAIN = {
         lambda b: f"the implementation cannot be imported: {b.detail}; the loader refuses the patch at start-up "
                   "(`implementation`)",
     BreakageKind.when_excludes: lambda b: f"manifest and patch contradict each other: {b.detail}",
+    BreakageKind.unreviewed: lambda b: f"not reviewed: {b.detail}",
     BreakageKind.foreign_replacement:
         lambda b: f"replaced at run time by code outside vLLM: {b.new}; another plugin's object stands there, so "
                   "the pin cannot be compared and the loader refuses the patch (`conflict`); a new pin would read "

@@ -28,8 +28,9 @@ def normalised_lines(node: ast.AST) -> list[str]:
     return ast.unparse(node).splitlines()
 
 
-def body_diff(old: Any, new: Any, old_label: str, new_label: str, limit: int = MAX_LINES) -> Optional[str]:
-    """A unified diff of two definitions (ast nodes), cut at `limit` lines; None when they read the same."""
+def body_diff(old: Any, new: Any, old_label: str, new_label: str, limit: Optional[int] = MAX_LINES) -> Optional[str]:
+    """A unified diff of two definitions (ast nodes), cut at `limit` lines (None: whole); None when they read
+    the same."""
     lines = list(difflib.unified_diff(normalised_lines(old), normalised_lines(new), old_label, new_label,
                                       n=2, lineterm=""))
     if not lines:
@@ -37,6 +38,15 @@ def body_diff(old: Any, new: Any, old_label: str, new_label: str, limit: int = M
     added = sum(1 for x in lines if x.startswith("+") and not x.startswith("+++"))
     removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
     head = f"{removed} line(s) removed, {added} added (normalised: no docstrings, comments or formatting)"
-    if len(lines) > limit:
+    if limit is not None and len(lines) > limit:
         lines = lines[:limit] + [f"... {len(lines) - limit} more diff line(s)"]
     return "\n".join([head, *lines])
+
+
+def cut(diff: str, limit: int = MAX_LINES) -> str:
+    """A whole diff as a person reads it in a terminal or an annotation: its head line and `limit` lines, the
+    rest counted (`--format json` carries it whole)."""
+    lines = diff.splitlines()
+    if len(lines) <= limit + 1:
+        return diff
+    return "\n".join(lines[:limit + 1] + [f"... {len(lines) - limit - 1} more diff line(s) (whole in --format json)"])

@@ -203,9 +203,13 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
     for d in drafts:
         d.doc["processes"] = (["frontend", "engine_core", "worker"] if d.doc["kind"] == "env_default"
                               else processes_for(d.doc.get("target")))
-        d.doc["required"] = False
+        d.doc["required"] = True  # a patch the plugin applies is needed: optional only by the author's word
+        d.doc["draft"] = True  # refused by the loader, pin and check until a person deletes it (review.py)
         reimpl = list(dict.fromkeys(d.doc.pop("_reimplements", [])))
         if reimpl:
+            scores = {k: v for s in d.sites for k, v in s.facts.get("reimplements_scores", {}).items()}
+            d.comments += [f"reimplements {r}: the plugin's code is a copy of it (similarity {scores[r]:.2f}, "
+                           "normalised AST): `check` reports each change to that body" for r in reimpl if r in scores]
             if with_reimplements:
                 d.doc["reimplements"] = reimpl
             else:
@@ -214,13 +218,15 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
         for s in d.sites:
             d.comments.append(f"site: {s.mechanism} at {s.where}: {s.what}" + (f" ({'; '.join(s.notes)})" if s.notes else ""))
         d.comments.append("processes: a guess from the target's module (TODO: check where vLLM calls it); "
-                          "required: false until reviewed")
+                          "required: true unless you decide the plugin works without it")
+        d.comments.append("draft: true: the loader, `pin` and `check` refuse this file until you have reviewed it "
+                          "and deleted that line")
     return drafts
 
 
 def render_yaml(d: Draft, schema: Optional[str] = None) -> str:
     head = [f"# yaml-language-server: $schema={schema}"] if schema else []
-    head += ["# Drafted by `vllm-patchkit scan --write`: review every TODO before pinning."]
+    head += ["# Drafted by `vllm-patchkit scan --write`: review every TODO, then delete `draft: true`, before pinning."]
     head += [f"# {c}" for c in d.comments]
     return "\n".join(head) + "\n" + yaml.safe_dump(d.doc, sort_keys=False, width=120, allow_unicode=True)
 

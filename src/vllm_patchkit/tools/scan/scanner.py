@@ -13,7 +13,9 @@ from vllm_patchkit.tools.scan.model import ScanResult, Site
 from vllm_patchkit.tools.scan.sites import FileScanner
 from vllm_patchkit.tools.scan.syntax import _calls_super, is_vllm
 from vllm_patchkit.tools.scan.sources import PluginSource, open_plugin
-from vllm_patchkit.tools.scan.upstream import SIMILARITY, Upstream, similarity
+from vllm_patchkit.tools.scan.copies import (FUNC, MIN_LINES, BodyIndex, best, imported_vllm_modules, normalised,
+                                              plugin_functions)
+from vllm_patchkit.tools.scan.upstream import Upstream
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import Definition
 
@@ -282,61 +284,72 @@ class Scan:
                 return True
         return False  # a method the base does not have: new, not an override
 
-    # -- copied bodies
+    # -- copied bodies (copies.py): every plugin function against the upstream bodies its code reaches
     def _copies(self, sites: list[Site], trees) -> list[Site]:
         if self.up.release is None:
             return []
+        index = BodyIndex(self.up)
         out: list[Site] = []
-        seen: set[tuple] = set()
-
-        def compare(plugin_node, plugin_qual, upstream_spec, path, installed_by: Optional[Site]):
-            if plugin_node is None or not isinstance(plugin_node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return
-            key = (id(plugin_node), upstream_spec)
-            if key in seen:
-                return
-            seen.add(key)
-            d = self.up.definition(upstream_spec)
-            if d is None or not isinstance(d.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return
-            ratio = similarity(plugin_node, d.node)
-            if ratio < SIMILARITY:
-                return
-            copy = Site("copy_body", path, plugin_node.lineno, site_dotted(d.where), d.where,
-                        what=f"{plugin_qual} copies {d.where} (similarity {ratio:.2f})",
-                        facts={"similarity": ratio, "installed_by": installed_by.where if installed_by else None})
-            copy.notes.append(f"similarity {ratio:.2f}")
-            out.append(copy)
-            if installed_by is not None:
-                installed_by.hints.setdefault("reimplements", []).append(d.where)
-                installed_by.notes.append(f"copies {d.where} (similarity {ratio:.2f})")
-
+        installers: dict[int, list[Site]] = {}  # id(plugin def) -> the sites installing it
+        reached: dict[int, list[str]] = {}  # id(plugin def) -> its sites' targets (compared at MIN_LINES)
+        classes: list[str] = []  # the vLLM classes the sites patch or subclass: their methods are candidates
+        nodes: dict[int, ast.AST] = {}  # closures and nested defs too, not only the file's top-level ones
         for site in sites:
             f = site.facts
+            node = None
             if site.mechanism in ("replace", "wrap", "instance_attr", "wrapt") and site.target:
                 impl = f.get("impl")
                 node = impl[2] if impl is not None and impl[0] == "func" and len(impl) > 2 else None
                 if node is None and f.get("impl_spec"):
                     node = self.defs.get(f["impl_spec"])
-                if node is not None:
-                    compare(node, getattr(node, "name", "?"), site.target, site.file, site)
             elif site.mechanism == "subclass_override" and site.target:
-                compare(f.get("fn"), f"{f.get('cls')}.{f.get('method')}", site.target, site.file, site)
-        for pf, tree in trees:  # functions named like a function of a vLLM module the file imports
-            vllm_modules = set()
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and is_vllm(node.module):
-                    vllm_modules.add(node.module)
-                    for a in node.names:
-                        if self.up.is_module(f"{node.module}.{a.name}"):
-                            vllm_modules.add(f"{node.module}.{a.name}")
-                elif isinstance(node, ast.Import):
-                    vllm_modules.update(a.name for a in node.names if is_vllm(a.name))
-            for node in tree.body:
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    for mod in sorted(vllm_modules):
-                        if self.up.is_module(mod):
-                            compare(node, node.name, f"{mod}:{node.name}", pf.path, None)
+                node = f.get("fn")
+            if site.target and "." in site.target.partition(":")[2] and site.target.rpartition(".")[0] not in classes:
+                classes.append(site.target.rpartition(".")[0])
+            if isinstance(node, FUNC):
+                installers.setdefault(id(node), []).append(site)
+                reached.setdefault(id(node), []).append(site.target)
+                nodes[id(node)] = node
+
+        def record(node, qual: str, where: str, score: float, path: str) -> None:
+            by = installers.get(id(node), [])
+            copy = Site("copy_body", path, node.lineno, site_dotted(where), where,
+                        what=f"{qual} copies {where} (similarity {score:.2f})",
+                        facts={"similarity": score, "installed_by": by[0].where if by else None})
+            copy.notes.append(f"similarity {score:.2f}")
+            out.append(copy)
+            for site in by:
+                if where not in site.hints.get("reimplements", []):
+                    site.hints.setdefault("reimplements", []).append(where)
+                    site.facts.setdefault("reimplements_scores", {})[where] = score
+                    site.notes.append(f"copies {where} (similarity {score:.2f})")
+
+        for pf, tree in trees:
+            try:
+                modules = imported_vllm_modules(tree, self.up.is_module)
+                funcs = plugin_functions(tree)
+            except (Exception, RecursionError):
+                continue
+            extra = [(getattr(n, "name", "?"), n) for n in nodes.values() if any(s.file == pf.path for s in installers[id(n)])]
+            seen: set[int] = set()
+            for qual, node in funcs + extra:
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                lines = normalised(node)
+                found = None
+                for target in reached.get(id(node), []):  # the place its site patches: the shorter bound
+                    d = self.up.definition(target)
+                    if d is not None and isinstance(d.node, FUNC):
+                        hit = best(lines, [(d.where, normalised(d.node))], MIN_LINES)
+                        if hit and (found is None or hit[1] > found[1]):
+                            found = hit
+                if found is None:
+                    cands = [c for cls in classes for c in index.class_bodies(cls)]
+                    cands += [c for m in modules for c in index.module_bodies(m)]
+                    found = best(lines, cands)
+                if found is not None:
+                    record(node, qual, found[0], found[1], pf.path)
         return out
 
 

@@ -123,6 +123,14 @@ class FileScanner(CallSites, ast.NodeVisitor):
                                 if types:
                                     self.override_hints[id(stmt)] = {k: ("inst", v) for k, v in types.items()}
                                     break
+                elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                      and isinstance(stmt.value, ast.Name)):  # `schedule = schedule_v031`: a def of the file
+                    r = self.resolve(stmt.value)
+                    fn = r[2] if r is not None and r[0] == "func" and len(r) > 2 else None
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.add("subclass_override", stmt, None, f"{cls_qual}.{stmt.targets[0].id} = {fn.name}",
+                                 cls=cls_qual, cls_node=node, bases=[b for b in bases if is_vllm(b)],
+                                 method=stmt.targets[0].id, fn=fn, calls_super=_calls_super(fn, node))
         self.facts_classes.append((cls_qual, node, bases))
         self._enter(node.body, None, node.name)
         for stmt in node.body:

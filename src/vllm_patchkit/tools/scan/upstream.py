@@ -8,18 +8,16 @@ it, or from a wheel / source folder); vLLM is never imported by the scan.
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 import textwrap
 from pathlib import Path
 from typing import Optional, Union
 
+from vllm_patchkit.tools.scan.copies import SIMILARITY, normalised, similarity
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import Definition, StaticRelease
 from vllm_patchkit.upstream.static_tables import dotted as _dotted
 
-SIMILARITY = 0.8  # difflib ratio over normalised source lines at or above which a body is a copy
-MIN_LINES = 4  # shorter bodies are too generic to call copies
 
 
 class Upstream:
@@ -326,35 +324,9 @@ class Upstream:
         return found
 
 
-# -- copies -------------------------------------------------------------------------------------
-def _strip_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return tree
-
-
+# -- copies: copies.py (re-exported for the callers that read them here) --------------------------
 def normalised_lines(fn: ast.AST) -> list[str]:
-    """The function's source with docstrings and comments dropped, names kept, one statement line each."""
-    try:
-        copy = ast.parse(ast.unparse(fn))
-        copy = _strip_docstrings(copy)
-        for node in ast.walk(copy):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                node.decorator_list = []
-        return [line.strip() for line in ast.unparse(copy).splitlines() if line.strip()]
-    except (Exception, RecursionError):
-        return []
-
-
-def similarity(a: ast.AST, b: ast.AST) -> float:
-    la, lb = normalised_lines(a), normalised_lines(b)
-    if len(la) < MIN_LINES or len(lb) < MIN_LINES:
-        return 0.0
-    return difflib.SequenceMatcher(None, la, lb, autojunk=False).ratio()
+    return list(normalised(fn))
 
 
 def is_function(node: ast.AST) -> bool:
