@@ -7,7 +7,7 @@
 For every plugin of tests/corpus/ (catalogue format: tests/corpus/README.md): each declared place is built
 into a full Patch (tests/corpus/catalogue.py), pinned on vLLM 0.31.0 exactly as `vllm-patchkit pin` pins a
 version never pinned before (`check.examine` with no pins: the places it reads, source digests for what it
-copies), then checked on 0.32.0 and 0.33.0 exactly as `vllm-patchkit check` does against an older
+copies), then checked on 0.32.0, 0.33.0 and 0.34.0 exactly as `vllm-patchkit check` does against an older
 manifest's pins (`check.examine` with the pins, then the per-patch judgement). Every release is read
 statically (the installed one from its folder, the others from their wheels in the wheel cache:
 scripts/fetch_wheels.sh), nothing of vLLM is imported. A place check flags is one with a breaking finding.

@@ -17,7 +17,7 @@ from vllm_patchkit.declaration.schema import Patch, TARGET
 from vllm_patchkit.declaration.validation import EnvDefault, validate
 
 HERE = Path(__file__).resolve().parent
-RELEASES = ("0.32.0", "0.33.0")
+RELEASES = ("0.32.0", "0.33.0", "0.34.0")
 PLACE_ID = r"^[a-z0-9][a-z0-9-]*$"
 
 Mechanism = Literal["wrap", "replace", "setattr", "subclass_override", "copy_body", "config_field", "env",

@@ -23,6 +23,7 @@ from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.sigdiff import compare, missing_breakages, new_home
 from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.moved_identity import confirm_moves
 
 
 _HAS_SOURCE = frozenset({"function", "method", "staticmethod", "classmethod", "class"})
@@ -63,6 +64,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             # `instances: true` patches objects, whose lookup goes through the MRO: the base's method is what
             # they call and what is compared (the loader reads it the same way: targets.resolve_through_mro)
             got = release.lookup(got.inherited_from, with_digest)
+        if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
+            got = confirm_moves(release, pinned_on, spec, pin, got)
         found[spec] = got
         foreign = live(spec) if live is not None and (spec == patch.target or is_copy) else None
         if foreign is not None:  # another plugin's object: its signature says nothing about vLLM's

@@ -58,3 +58,18 @@ def get_computed_blocks_closure(self, request):
 def hf_config_override_wrapper(hf_config):
     """ATOM's staticmethod replacement of SpeculativeConfig.hf_config_override takes hf_config alone."""
     ...
+
+
+def free_blocks(self, ordered_blocks):
+    """ATOM's BlockPool.free_blocks wrapper (deepseek_v4_prefix_patch.py): a fixed (self, ordered_blocks) that
+    calls the original with those two only. Declared as a `replace` that copies nothing (`reimplements: []`), so
+    that check sees the signature vLLM's calls must fit."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    return BlockPool.free_blocks.__wrapped__(self, ordered_blocks)
+
+
+def post_load_hook(wrapped, instance, args, kwargs, ctx):
+    """ATOM's process_weights_after_loading wrappers (register.py, model_wrapper.py) give act_dtype a default and
+    pass it on to the original: they read act_dtype (`params: [act_dtype]`)."""
+    return wrapped(ctx.arg("act_dtype"))
