@@ -117,3 +117,20 @@ def resolved(items: list[reach.ReachItem]) -> tuple[int, int]:
 
 
 __all__ = ["breakages", "instance_param", "pins", "read", "resolved", "root_of", "static_of", "types_of"]
+
+
+def with_reach(release, patch_set: PatchSet, entries: list[ManifestEntry]) -> tuple[list[ManifestEntry], list[str]]:
+    """`pin`: each entry with the reach its implementation has on the release; and, for a name the release does not
+    define, why the entry cannot be pinned (the loader would refuse it at start-up)."""
+    import msgspec
+
+    out, problems = [], []
+    for e in entries:
+        patch = patch_set.patches[e.patch]
+        root = root_of(patch_set, e.patch)
+        items = read(release, patch)
+        gone = [b.explain() for b in breakages(release, patch, None, root)]
+        if gone:
+            problems.append(f"{e.patch}: listed for vLLM {release.version()} but cannot be pinned: {'; '.join(gone)}")
+        out.append(msgspec.structs.replace(e, reach=pins(items)))
+    return out, problems

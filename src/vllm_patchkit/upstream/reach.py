@@ -169,7 +169,7 @@ class _Function:
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             for e in target.elts:
-                self.bind(e.value if isinstance(e, ast.Starred) else e, Opaque("an unpacked value")
+                self.bind(e.value if isinstance(e, ast.Starred) else e, Opaque(f"an item of {self.how(value)}")
                           if value is not None else None)
         else:
             self.eval(target)  # `x.a = v`, `x[i] = v`: what it reads on the way
