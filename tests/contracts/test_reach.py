@@ -198,3 +198,24 @@ def test_reach_of_every_shipped_patch_is_resolved_or_listed(capsys):
     with capsys.disabled():
         print(f"\nreach on vLLM 0.31.0: {followed}/{total} names followed ({followed / total:.0%})")
         print("\n".join(lines))
+
+
+@pytest.mark.parametrize("spec", ["vllm.v1.worker.gpu_input_batch:InputBatch",
+                                  "vllm.v1.worker.gpu_model_runner:GPUModelRunner",
+                                  "vllm.v1.core.sched.scheduler:Scheduler",
+                                  "vllm.v1.core.kv_cache_manager:KVCacheManager",
+                                  "vllm.v1.core.single_type_kv_cache_manager:MambaManager",
+                                  "vllm.v1.request:Request"])
+def test_live_and_static_read_the_same_assignments_on_self(spec):
+    """One rule, two readers: what the loader reads from a real class's bytecode is what pin and check read from
+    its source (`static_tables.instance_assignments`), attribute for attribute."""
+    import importlib
+
+    from vllm_patchkit.upstream.static_tables import instance_assignments
+
+    module, _, name = spec.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    node = next(n for n in ast.parse(inspect.getsource(importlib.import_module(module))).body
+                if isinstance(n, ast.ClassDef) and n.name == name)
+    static = set(instance_assignments(node))
+    assert static and reach_live.assigned_on_self(cls) == static

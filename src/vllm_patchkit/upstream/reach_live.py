@@ -40,30 +40,70 @@ def _module(name: str) -> Optional[Any]:
         return None
 
 
+_STORE_ATTR = dis.opmap["STORE_ATTR"]
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_CACHE = dis.opmap.get("CACHE", -1)
+#: LOAD_FAST and its variants -> True when it loads two locals (3.13's LOAD_FAST_LOAD_FAST: the last in the low bits)
+_LOADS_LOCAL = {op: name.count("LOAD_FAST") == 2 for name, op in dis.opmap.items() if name.startswith("LOAD_FAST")}
+
+
 def _stores_on_self(code: CodeType, name: str) -> bool:
-    """Does this function's own code assign `<first parameter>.name`?"""
+    """Does this function's own code assign `<first parameter>.name` (`LOAD_FAST 0; STORE_ATTR name`)? Read from
+    the raw bytecode (`co_code` is never specialised): `dis.get_instructions` costs ~1 ms a method."""
     if name not in code.co_names or not (code.co_argcount or code.co_posonlyargcount):
         return False
-    me = code.co_varnames[0]
-    prev = None
-    for ins in dis.get_instructions(code):
-        if ins.opname == "STORE_ATTR" and ins.argval == name and prev is not None and prev.opname.startswith(
-                "LOAD_FAST"):
-            loaded = prev.argval[-1] if isinstance(prev.argval, tuple) else prev.argval
-            if loaded == me:
+    wanted = {i for i, n in enumerate(code.co_names) if n == name}
+    raw = code.co_code
+    if max(wanted) < 256:  # no EXTENDED_ARG: the two instructions are adjacent words; bytes.find scans in C
+        for load, low in _LOADS_LOCAL.items():
+            for arg in range(0, 256, 16) if low else (0,):
+                for index in wanted:
+                    at = raw.find(bytes((load, arg, _STORE_ATTR, index)))
+                    while at != -1:
+                        if at % 2 == 0:
+                            return True
+                        at = raw.find(bytes((load, arg, _STORE_ATTR, index)), at + 1)
+        return False
+    prev_op, prev_arg, ext = -1, -1, 0
+    for i in range(0, len(raw), 2):
+        op, arg = raw[i], raw[i + 1] | ext
+        if op == _EXTENDED_ARG:
+            ext = arg << 8
+            continue
+        ext = 0
+        if op == _CACHE:
+            continue
+        if op == _STORE_ATTR and arg in wanted and prev_op in _LOADS_LOCAL:
+            if (prev_arg & 15 if _LOADS_LOCAL[prev_op] else prev_arg) == 0:
                 return True
-        prev = ins
+        prev_op, prev_arg = op, arg
     return False
 
 
-def _function_code(value: Any) -> Optional[CodeType]:
+def assigned_on_self(cls: type) -> set[str]:
+    """Every attribute the class's own methods assign on their first parameter (what `instance_assignments`
+    reads from its source)."""
+    out = set()
+    for value in vars(cls).values():
+        for code in _codes(value):
+            out.update(n for n in set(code.co_names) if _stores_on_self(code, n))
+    return out
+
+
+def _codes(value: Any) -> list[CodeType]:
+    """The code of a method as the class holds it (a property: its getter, setter and deleter); static and class
+    methods have no object parameter and are not counted, as in the static rule."""
     if isinstance(value, (staticmethod, classmethod)):
-        return None
-    if isinstance(value, property):
-        value = value.fget
-    while hasattr(value, "__wrapped__"):
-        value = value.__wrapped__
-    return getattr(value, "__code__", None)
+        return []
+    funcs = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
+    out = []
+    for f in funcs:
+        while f is not None and hasattr(f, "__wrapped__"):
+            f = f.__wrapped__
+        code = getattr(f, "__code__", None)
+        if isinstance(code, CodeType):
+            out.append(code)
+    return out
 
 
 def defines(cls: type, name: str) -> bool:
@@ -81,10 +121,8 @@ def defines(cls: type, name: str) -> bool:
     for k in mro:
         if k.__module__.split(".")[0] != top:
             continue
-        for value in vars(k).values():
-            code = _function_code(value)
-            if code is not None and _stores_on_self(code, name):
-                return True
+        if any(_stores_on_self(code, name) for value in vars(k).values() for code in _codes(value)):
+            return True
     return False
 
 
@@ -118,4 +156,4 @@ def missing(key: str, pin: ReachPin) -> Optional[str]:
             f"{cls.__module__.split('.')[0]}'s classes in its MRO assigns self.{name})")
 
 
-__all__ = ["defines", "missing"]
+__all__ = ["assigned_on_self", "defines", "missing"]
