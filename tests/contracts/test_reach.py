@@ -219,3 +219,18 @@ def test_live_and_static_read_the_same_assignments_on_self(spec):
                 if isinstance(n, ast.ClassDef) and n.name == name)
     static = set(instance_assignments(node))
     assert static and reach_live.assigned_on_self(cls) == static
+
+
+def test_a_pinned_name_on_a_class_the_release_no_longer_has_is_missing():
+    """A name the entry pinned, on a class the release does not define, is reported (never taken as 'outside')."""
+    import msgspec
+
+    from vllm_patchkit.declaration.pins import ReachPin
+
+    patch, entry, _ = _entry(PATCH)
+    gone = "vllm.v1.worker.gpu_input_batch:NoSuchBatch.num_prompt_tokens"
+    entry = msgspec.structs.replace(entry, reach={**entry.reach, gone: ReachPin(kind="attribute")})
+    found = reach_check.breakages(installed_static(), patch, entry)
+    assert [b.target for b in found] == [gone]
+    assert "pinned in the manifest entry" in found[0].explain()
+    assert reach_live.missing(gone, ReachPin(kind="attribute")) is not None

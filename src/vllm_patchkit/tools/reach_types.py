@@ -114,9 +114,11 @@ class ReleaseTypes:
         return self._members[key]
 
     def _member(self, cls: str, name: str, depth: int) -> Optional[Member]:
+        if isinstance(self.r.resolve(cls), Missing):
+            return None  # the class itself is gone: so is every name on it
         found = self._class(cls)
         if found is None:
-            return Member("outside")
+            return Member("outside")  # not a class of vLLM's (torch's): a name may come from there
         module, qual, node = found
         chain = self.r._mro(module, qual, node)
         fielded = any(_fielded(n) for _, n in chain)
