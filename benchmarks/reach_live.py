@@ -28,7 +28,7 @@ def _dis_stores(code, name) -> bool:
     prev = None
     for ins in dis.get_instructions(code):
         if ins.opname == "STORE_ATTR" and ins.argval == name and prev is not None and \
-                prev.opname.startswith("LOAD_FAST") and prev.argval == code.co_varnames[0]:
+                prev.opname.startswith(("LOAD_FAST", "LOAD_DEREF")) and prev.argval == code.co_varnames[0]:
             return True
         prev = ins
     return False

@@ -28,6 +28,8 @@ from vllm_patchkit.upstream.static_tables import FUNCS, Import, dotted, instance
 FIELDED_BASES = frozenset({"NamedTuple", "BaseModel", "Struct", "TypedDict"})
 HARMLESS_BASES = frozenset({"object", "ABC", "Generic", "Protocol", "Enum", "IntEnum", "str", "int"})
 PROPERTY = frozenset({"property", "cached_property"})
+SEQUENCES = frozenset({"list", "List", "Sequence", "MutableSequence", "tuple", "Tuple", "set", "Set", "frozenset",
+                       "FrozenSet", "Iterable", "Iterator", "Collection", "deque"})
 
 
 class ReleaseTypes:
@@ -74,6 +76,13 @@ class ReleaseTypes:
     def annotation(self, module: str, node: Optional[ast.expr], defined: str) -> Member:
         """The class an annotation names, as a Member that is `defined` so."""
         node = _strip_optional(node)
+        if isinstance(node, ast.Subscript) and (dotted(node.value) or "").rpartition(".")[2] in SEQUENCES:
+            inner = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+            if isinstance(node.slice, ast.Tuple) and not (len(node.slice.elts) == 2 and isinstance(
+                    node.slice.elts[1], ast.Constant) and node.slice.elts[1].value is Ellipsis):
+                return Member(defined)  # a fixed tuple: its items have classes of their own
+            item = self.annotation(module, inner, defined)
+            return Member(defined, item=item.type) if item.type else Member(defined)
         path = dotted(node) if node is not None else None
         if path is None:
             return Member(defined)
@@ -174,6 +183,9 @@ class ReleaseTypes:
             got = self.r._dotted_in(module, path) if path else None
             if isinstance(got, tuple) and got[0] == "def" and isinstance(got[3], ast.ClassDef):
                 return f"{got[1]}:{got[2]}" if is_vllm(got[1]) else "external"
+            if isinstance(got, tuple) and got[0] == "def" and isinstance(got[3], FUNCS) and got[3].returns is not None:
+                m = self.annotation(got[1], got[3].returns, "returns")  # a factory function's return annotation
+                return "external" if m.external else m.type
             if isinstance(got, tuple) and got[0] == "external":
                 return "external"
             return None

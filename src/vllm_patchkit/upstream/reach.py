@@ -37,6 +37,7 @@ class Member:
 
     defined: str  # method | property | class_attribute | instance_attribute | field | dynamic | outside
     type: Optional[str] = None  # module:Class of the value, in the release
+    item: Optional[str] = None  # a list / tuple / set of objects of this class (`list[T]`)
     external: bool = False  # the value's class is known and outside vLLM (numpy, torch): not vLLM's reach
 
 
@@ -81,11 +82,16 @@ class Obj:
 
 
 @dataclass(frozen=True)
+class Items:
+    cls: str  # a sequence of objects of this vLLM class: its items (by index, by iteration) are `Obj(cls)`
+
+
+@dataclass(frozen=True)
 class Opaque:
     how: str  # a vLLM value of unknown class: what was read to get it
 
 
-Value = Union[Obj, Opaque, None]
+Value = Union[Obj, Items, Opaque, None]
 
 
 def is_vllm(module: str) -> bool:
@@ -153,24 +159,30 @@ class _Function:
             value = self.eval(st.value) if st.value is not None else None
             self.bind(st.target, value)
             return
-        for field_name, child in ast.iter_fields(st):
-            for node in child if isinstance(child, list) else [child]:
-                if isinstance(node, ast.stmt):
-                    self.statement(node)
-                elif isinstance(node, ast.expr):
-                    self.eval(node)
-                elif isinstance(node, (ast.ExceptHandler, ast.match_case, ast.withitem)):
-                    for sub in ast.iter_child_nodes(node):
-                        self.statement(sub) if isinstance(sub, ast.stmt) else self.eval(sub) if isinstance(
-                            sub, ast.expr) else None
+        if isinstance(st, (ast.For, ast.AsyncFor)):
+            self.bind(st.target, self.item(self.eval(st.iter)))
+            for sub in [*st.body, *st.orelse]:
+                self.statement(sub)
+            return
+        self.children(st)
+
+    def children(self, node: ast.AST) -> None:
+        """The statements and expressions inside a compound statement (an `except` or `case` clause, a `with`
+        item included), in order."""
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                self.statement(child)
+            elif isinstance(child, ast.expr):
+                self.eval(child)
+            elif isinstance(child, (ast.ExceptHandler, ast.match_case, ast.withitem)):
+                self.children(child)
 
     def bind(self, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             for e in target.elts:
-                self.bind(e.value if isinstance(e, ast.Starred) else e, Opaque(f"an item of {self.how(value)}")
-                          if value is not None else None)
+                self.bind(e.value if isinstance(e, ast.Starred) else e, self.item(value))
         else:
             self.eval(target)  # `x.a = v`, `x[i] = v`: what it reads on the way
 
@@ -191,22 +203,31 @@ class _Function:
         if isinstance(node, ast.Subscript):
             base = self.eval(node.value)
             self.eval(node.slice)
-            return Opaque(f"an item of {self.how(base)}") if base is not None else None
+            if isinstance(base, Items) and isinstance(node.slice, ast.Slice):
+                return base
+            return self.item(base)
         if isinstance(node, ast.Lambda):
             return None
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 self.eval(child)
             elif isinstance(child, ast.comprehension):
-                self.eval(child.iter)
-                self.bind(child.target, None)
+                self.bind(child.target, self.item(self.eval(child.iter)))
                 for cond in child.ifs:
                     self.eval(cond)
         return None
 
     @staticmethod
     def how(v: Value) -> str:
+        if isinstance(v, Items):
+            return f"[{v.cls.partition(':')[2]}]"
         return v.cls.partition(":")[2] if isinstance(v, Obj) else v.how if isinstance(v, Opaque) else "?"
+
+    def item(self, v: Value) -> Value:
+        """An item of `v` (by index, iteration or unpacking): an object of the class of a sequence's items."""
+        if isinstance(v, Items):
+            return Obj(v.cls)
+        return Opaque(f"an item of {self.how(v)}") if v is not None else None
 
     def attribute(self, node: ast.Attribute, call: bool) -> Value:
         base = self.eval(node.value)
@@ -214,6 +235,8 @@ class _Function:
         if base is None or (name.startswith("__") and name.endswith("__")):
             return None
         kind = "method" if call else "attribute"
+        if isinstance(base, Items):  # a method of the list itself (`.append`), not vLLM's reach
+            return None
         if isinstance(base, Opaque):
             self.w.record(kind, base.how, name, self.file, node.lineno, None, followed=False)
             return Opaque(f"{base.how}.{name}")
@@ -226,6 +249,8 @@ class _Function:
             return None if member is not None else Opaque(f"{self.how(base)}.{name}")
         if call and member.defined in ("method", "dynamic"):
             return _Callable(member.type)  # the call's result: the method's return annotation
+        if member.item:
+            return Items(member.item)
         return Obj(member.type) if member.type else Opaque(f"{self.how(base)}.{name}")
 
     def call(self, node: ast.Call) -> Value:

@@ -45,17 +45,21 @@ _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CACHE = dis.opmap.get("CACHE", -1)
 #: LOAD_FAST and its variants -> True when it loads two locals (3.13's LOAD_FAST_LOAD_FAST: the last in the low bits)
 _LOADS_LOCAL = {op: name.count("LOAD_FAST") == 2 for name, op in dis.opmap.items() if name.startswith("LOAD_FAST")}
+#: a first parameter a nested function captures is a cell: loaded by LOAD_DEREF of its slot (0), Python >= 3.11
+_LOADS_CELL = {op: False for name, op in dis.opmap.items() if name == "LOAD_DEREF"}
 
 
 def _stores_on_self(code: CodeType, name: str) -> bool:
-    """Does this function's own code assign `<first parameter>.name` (`LOAD_FAST 0; STORE_ATTR name`)? Read from
+    """Does this function's own code assign `<first parameter>.name` (`LOAD_FAST 0; STORE_ATTR name`, `LOAD_DEREF 0`
+    when a nested function captures it)? Read from
     the raw bytecode (`co_code` is never specialised): `dis.get_instructions` costs ~1 ms a method."""
     if name not in code.co_names or not (code.co_argcount or code.co_posonlyargcount):
         return False
     wanted = {i for i, n in enumerate(code.co_names) if n == name}
     raw = code.co_code
+    loads = {**_LOADS_LOCAL, **_LOADS_CELL} if code.co_varnames[0] in code.co_cellvars else _LOADS_LOCAL
     if max(wanted) < 256:  # no EXTENDED_ARG: the two instructions are adjacent words; bytes.find scans in C
-        for load, low in _LOADS_LOCAL.items():
+        for load, low in loads.items():
             for arg in range(0, 256, 16) if low else (0,):
                 for index in wanted:
                     at = raw.find(bytes((load, arg, _STORE_ATTR, index)))
@@ -73,8 +77,8 @@ def _stores_on_self(code: CodeType, name: str) -> bool:
         ext = 0
         if op == _CACHE:
             continue
-        if op == _STORE_ATTR and arg in wanted and prev_op in _LOADS_LOCAL:
-            if (prev_arg & 15 if _LOADS_LOCAL[prev_op] else prev_arg) == 0:
+        if op == _STORE_ATTR and arg in wanted and prev_op in loads:
+            if (prev_arg & 15 if loads[prev_op] else prev_arg) == 0:
                 return True
         prev_op, prev_arg = op, arg
     return False
@@ -101,7 +105,8 @@ def _codes(value: Any) -> list[CodeType]:
         while f is not None and hasattr(f, "__wrapped__"):
             f = f.__wrapped__
         code = getattr(f, "__code__", None)
-        if isinstance(code, CodeType):
+        if isinstance(code, CodeType) and not code.co_filename.startswith("<"):  # a dataclass's generated
+            # `__init__` has no source (the static rule cannot read it); its fields are counted as fields
             out.append(code)
     return out
 
