@@ -278,6 +278,7 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Manifest", "generated_by", ""): EMPTY,
     ("ManifestEntry", "patch", ""): BAD_KEY,
     ("ManifestEntry", "targets", "key"): BAD_SPEC,
+    ("ManifestEntry", "reach", "key"): BAD_SPEC,
     ("NotApplicable", "patch", ""): BAD_ID,
     ("NotApplicable", "reason", ""): EMPTY,
 }

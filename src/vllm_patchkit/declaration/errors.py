@@ -107,6 +107,9 @@ _FIX = {
             "from `copies` in a new patch version and pin it",
     "uses": "an upstream callable the implementation uses or copies changed: `vllm-patchkit check --vllm {v}` shows "
             "the change; adapt the implementation in a new patch version and pin it",
+    "reach": "vLLM {v} no longer defines a name the implementation reads, calls or imports (found above): "
+             "`vllm-patchkit check --vllm {v}` names the implementation's line; adapt the implementation in a new "
+             "patch version and pin it",
     "kind": "the target is not a function here: declare the kind that fits it (a new patch version) and pin it",
     "unpinned": "the manifest for vLLM {v} has no pin for it: `vllm-patchkit pin --vllm {v}`, review, commit",
     "fingerprint": "the vLLM installed here differs from the one its manifest pinned: `vllm-patchkit check --live` "
@@ -134,7 +137,8 @@ _FIX = {
 }
 
 # failures another vLLM release could cure (the target or its pin); the rest are the plugin's or someone else's
-_RELEASE_BOUND = frozenset({"precondition_unknown", "unavailable", "target", "copy", "uses", "kind", "unpinned", "fingerprint"})
+_RELEASE_BOUND = frozenset({"precondition_unknown", "unavailable", "target", "copy", "uses", "reach", "kind", "unpinned",
+                            "fingerprint"})
 
 
 def remedies(code: str, pid: str, installed: str, manifests: dict) -> str:

@@ -22,9 +22,18 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
     value_digest: Optional[str] = None
 
 
+class ReachPin(Declared, frozen=True, kw_only=True):
+    """A name of vLLM the implementation reaches once it runs (`upstream/reach.py`), as the release pinned defines
+    it: names only, so the loader checks it without reading any source."""
+
+    kind: Literal["import", "attribute", "method"]
+    defined: Optional[str] = None  # how vLLM defined it when pinned: method, property, instance_attribute, ...
+
+
 class ManifestEntry(Declared, frozen=True, kw_only=True):
     patch: str
     targets: dict[str, Fingerprint] = field(default_factory=dict)
+    reach: dict[str, ReachPin] = field(default_factory=dict)  # `module:Class.name` / `module:name` -> how
 
 
 class NotApplicable(Declared, frozen=True, kw_only=True):

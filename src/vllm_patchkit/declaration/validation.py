@@ -293,9 +293,24 @@ class Fingerprint(Strict):
     )
 
 
+class ReachPin(Strict):
+    """A name of vLLM the implementation reaches once it runs (read statically at pin: upstream/reach.py)."""
+
+    kind: Literal["import", "attribute", "method"] = Field(
+        description="`import`: a name the implementation's module imports from vLLM; `attribute` / `method`: read or "
+                    "called on a vLLM object whose class was inferred")
+    defined: Optional[str] = Field(
+        default=None, description="how the release pinned defines it (method, property, class_attribute, "
+                                  "instance_attribute, field, module, name): informative; the loader accepts any")
+
+
 class ManifestEntry(Strict):
     patch: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*@[0-9]+$", description="id@version")]
     targets: dict[Annotated[str, Field(pattern=TARGET)], Fingerprint] = Field(default_factory=dict)
+    reach: dict[Annotated[str, Field(pattern=TARGET)], ReachPin] = Field(
+        default_factory=dict, description="what the implementation reaches in vLLM (`module:Class.name`, "
+                                          "`module:name`): written by `vllm-patchkit pin`, verified by check and "
+                                          "the loader")
 
 
 class NotApplicable(Strict):
@@ -326,7 +341,7 @@ class Manifest(Strict):
 # -- a valid file, handed on ---------------------------------------------------------------------
 #: each validating model -> the object it is handed on as (the same fields; schema.py, pins.py)
 OBJECTS: dict[type, type] = {When: schema.When, EnvVar: schema.EnvVar, EnvDefault: schema.EnvDefault,
-                             RetireWhen: schema.RetireWhen, Patch: schema.Patch, Fingerprint: pins.Fingerprint,
+                             RetireWhen: schema.RetireWhen, Patch: schema.Patch, Fingerprint: pins.Fingerprint, ReachPin: pins.ReachPin,
                              ManifestEntry: pins.ManifestEntry, NotApplicable: pins.NotApplicable,
                              Manifest: pins.Manifest}
 
@@ -345,4 +360,4 @@ def validate(cls: type, data: Any, **options: Any) -> Any:
 
 
 __all__ = ["EnvDefault", "EnvVar", "Fingerprint", "Manifest", "ManifestEntry", "NotApplicable", "OBJECTS", "Patch",
-           "RetireWhen", "Strict", "When", "to_object", "validate"]
+           "ReachPin", "RetireWhen", "Strict", "When", "to_object", "validate"]

@@ -22,7 +22,7 @@ from vllm_patchkit.runtime.wrappers import ours
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
-from vllm_patchkit.upstream import misdeclared
+from vllm_patchkit.upstream import misdeclared, reach_live
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.upstream.pinned import compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
@@ -341,7 +341,20 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
             if found:
                 return Finding("convention", convention.reason(found), target_pin.signature,
                                convention.signature_text(out.impl))
-    return out
+    gone = verify_reach(patch, entry)
+    return out if gone is None else gone
+
+
+def verify_reach(patch: Patch, entry: Optional[ManifestEntry]) -> Optional[Finding]:
+    """Every name the pin says the implementation reaches in vLLM is still there (names only: reach_live.py)."""
+    for key, pin in sorted((entry.reach if entry is not None else {}).items()):
+        why = reach_live.missing(key, pin)
+        if why is not None:
+            verb = {"import": "imports", "method": "calls"}.get(pin.kind, "reads")
+            return Finding("reach", f"{patch.key} {verb} {key.partition(':')[2] if pin.kind != 'import' else key} "
+                           f"({key}, pinned in its manifest entry): {why}; the implementation would raise "
+                           "AttributeError or ImportError when it runs", key, "missing")
+    return None
 
 
 def stale_copies(originals: dict[int, tuple[str, set[str]]],

@@ -34,7 +34,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_patchkit.reporting.terminal_text import printable
-from vllm_patchkit.tools import live, unreviewed
+from vllm_patchkit.tools import live, reach_check, unreviewed
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.baseline import Baseline, exact, older_entry, pinned_release, with_source_diffs
@@ -179,6 +179,7 @@ def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchRe
     _, breakages = examine(release, patch, dict(base.entry.targets), pinned_release(release, base.vllm)[0],
                            impl_here=set_on_path(patch_set, patch.key))
     breakages = with_source_diffs(release, base.vllm, breakages)
+    breakages += reach_check.breakages(release, patch, base.entry, reach_check.root_of(patch_set, patch.key))
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
     if any(b.breaking for b in breakages):
         status = "broken"

@@ -49,11 +49,18 @@ def dump_fingerprint(f: Fingerprint) -> dict:
 
 
 def render(m: Manifest) -> str:
-    doc: dict = {"vllm": m.vllm, "generated_by": m.generated_by, "patches": [
-        {"patch": e.patch, "targets": {s: dump_fingerprint(f) for s, f in e.targets.items()}} for e in m.patches]}
+    doc: dict = {"vllm": m.vllm, "generated_by": m.generated_by, "patches": [_entry(e) for e in m.patches]}
     if m.not_applicable:
         doc["not_applicable"] = [{"patch": n.patch, "reason": n.reason} for n in m.not_applicable]
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
+
+
+def _entry(e) -> dict:
+    d: dict = {"patch": e.patch, "targets": {s: dump_fingerprint(f) for s, f in e.targets.items()}}
+    if e.reach:  # what the implementation reaches in vLLM (reach.py): left out when there is nothing
+        d["reach"] = {k: {n: v for n, v in msgspec.to_builtins(r).items() if v is not None}
+                      for k, r in sorted(e.reach.items())}
+    return d
 
 
 def write(m: Manifest, out_dir: Path) -> Path:

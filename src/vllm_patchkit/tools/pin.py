@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_patchkit.reporting.terminal_text import printable
+from vllm_patchkit.tools import reach_check
 from vllm_patchkit.tools.baseline import exact
 from vllm_patchkit.tools import unreviewed
 from vllm_patchkit.tools.command_args import add_release_args, patch_set_and_manifest_dir
@@ -204,6 +205,8 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
             required_broken.append(plan.required_broken)
         elif plan.not_applicable is not None:
             not_applicable.append(plan.not_applicable)
+    entries, unreached = reach_check.with_reach(release, patch_set, entries)  # what each implementation reaches
+    errors += unreached
     if errors:
         lines = [f"  - {e}" for e in errors] + RequiredPatchesDoNotFit.blocks(version, required_broken)
         raise PatchkitError("cannot pin:\n" + "\n".join(lines))

@@ -57,6 +57,7 @@ class BreakageKind(str, Enum):
     when_excludes = "when_excludes"
     foreign_replacement = "foreign_replacement"
     unreviewed = "unreviewed"
+    reach_missing = "reach_missing"
 
 
 def _q(name: Any) -> str:
@@ -82,6 +83,17 @@ def _explain_inherited(b: "Breakage") -> str:
     base = b.new.partition(":")[2]
     return (f"now inherited from {b.new}, no longer defined on {owner}: a patch on {qual} would add an override "
             f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
+
+
+def _explain_reach(b: "Breakage") -> str:
+    """`target`: `module:Class.name` (an import: `module:name`); `old`: what the implementation does with it (import,
+    attribute, method); `detail`: the implementation's file:line; `new`: the release."""
+    owner, _, name = b.target.partition(":")[2].rpartition(".") if b.old != "import" else ("", "", "")
+    if b.old == "import":
+        module, _, name = b.target.partition(":")
+        return f"{b.patch} imports {name} from {module} ({b.detail}); vLLM {b.new} has no {name} in {module}"
+    verb, what = ("calls", "method") if b.old == "method" else ("reads", "attribute")
+    return f"{b.patch} {verb} {owner}.{name} ({b.detail}); vLLM {b.new} defines no such {what} on {owner}"
 
 
 _EXPLAIN = {
@@ -125,6 +137,7 @@ _EXPLAIN = {
     BreakageKind.implementation_unimportable:
         lambda b: f"the implementation cannot be imported: {b.detail}; the loader refuses the patch at start-up "
                   "(`implementation`)",
+    BreakageKind.reach_missing: lambda b: _explain_reach(b),
     BreakageKind.when_excludes: lambda b: f"manifest and patch contradict each other: {b.detail}",
     BreakageKind.unreviewed: lambda b: f"not reviewed: {b.detail}",
     BreakageKind.foreign_replacement:
