@@ -1,4 +1,5 @@
-"""batch-dispatch-override-v2 on vLLM's real V2 runner decision (`GPUModelRunner.gather_batch_req_state`).
+"""The V2 runner's patches on its real methods: batch-dispatch-override-v2 (`GPUModelRunner.gather_batch_req_state`)
+and image-slot-events-v2 (`GPUModelRunner.finish_requests`, at the end).
 
 What is real: the patch is applied by the framework (the shipped set and manifest, `Loader(role="worker")`,
 both stages, on a VllmConfig that vLLM's EngineArgs built; the runner fact is `v2`); every call is vLLM's own
@@ -147,3 +148,47 @@ def test_the_v1_patch_is_not_needed_on_v2_and_the_v2_patch_not_on_v1(v2_config, 
     finally:
         loader.unpatch()
         runtime.reset()
+
+
+# -- image-slot-events-v2: the V2 runner's finish_requests (same stand-ins: the runner without __init__) --------
+def _v2_runner_for_events(cfg):
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    runner = object.__new__(GPUModelRunner)
+    removed: list[str] = []
+    runner.__dict__.update(model_config=cfg.model_config, pooling_runner=None, speculator=None,
+                           _remove_request=removed.append)
+    return runner, removed
+
+
+def _step(finished=(), preempted=(), new=()):
+    """The SchedulerOutput fields vLLM's finish_requests reads, and the new requests of the step."""
+    return SimpleNamespace(finished_req_ids=set(finished), preempted_req_ids=set(preempted),
+                           scheduled_new_reqs=[SimpleNamespace(req_id=r) for r in new])
+
+
+def test_slot_events_v2_hear_finished_preempted_and_resumed(v2_config, v2_selected, tmp_path):
+    """vLLM's real V2 `finish_requests` frees finished and preempted requests' state; the wrap hands the ids to
+    the adapter layer's listeners, and a request that comes back (V2 re-sends it as a new one: no
+    resumed_req_ids) is heard as resumed — once; a brand-new request is not."""
+    from vllm_patchkit.adapters import SLOT_EVENTS
+
+    heard = []
+    stop = SLOT_EVENTS.listen(lambda f, p, r: heard.append((set(f), set(p), set(r))))
+    try:
+        with applied_in("worker", v2_config, "image-slot-events-v2", tmp_path / "status") as loader:
+            runner, removed = _v2_runner_for_events(v2_config)
+            runner.finish_requests(_step(new=["a", "b"]))  # nothing finished or preempted: no delivery
+            runner.finish_requests(_step(preempted=["b"]))
+            runner.finish_requests(_step(finished=["a"], new=["b", "c"]))
+            runner.finish_requests(_step(new=["b"]))  # b again is not a resumption twice
+            assert heard == [(set(), {"b"}, set()), ({"a"}, set(), {"b"})]
+            assert removed == ["b", "a"]  # vLLM's own method ran
+            loader.sync_calls()
+            d = loader.records["image-slot-events-v2"].detail
+            assert (d.get("deliveries"), d.get("finished"), d.get("preempted"), d.get("resumed")) == (2, 1, 1, 1)
+    finally:
+        stop()
+    runner, _ = _v2_runner_for_events(v2_config)
+    runner.finish_requests(_step(finished=["x"]))  # unpatched again: nobody hears
+    assert len(heard) == 2
