@@ -63,3 +63,13 @@ def run(version: str, script: Path, *args: str, timeout: float = 600) -> subproc
            "VLLM_PLUGINS": ""}
     return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=str(ROOT))
+
+
+def probe_json(version: str, script: Path) -> dict:
+    """Run a probe script under `version`'s sources and return the JSON it printed on its `PROBE-JSON ` line."""
+    import json
+
+    done = run(version, script)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE-JSON ")]
+    assert done.returncode == 0 and lines, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return json.loads(lines[0].partition(" ")[2])

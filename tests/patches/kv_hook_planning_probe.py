@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-PAGE, BS, PHYSICAL = 4096, 256, 100
+from tests.patches.toy_adapter import BS, PAGE, PHYSICAL  # noqa: E402 (the seed's toy numbers)
 
 
 def main() -> None:
@@ -27,7 +27,8 @@ def main() -> None:
     from vllm.v1.core import kv_cache_planning as planning
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    from vllm_patchkit.adapters import REGISTRY, CheckpointSpec, ModelAdapter
+    from vllm_patchkit.adapters import REGISTRY
+    from tests.patches.toy_adapter import ToyAdapter
     from vllm_patchkit.runtime.context import PatchContext
     from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
     from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
@@ -35,16 +36,6 @@ def main() -> None:
     from vllm_patchkit.patches import kv_config_hook as hook
     from vllm_patchkit.upstream.findings import Finding
     from vllm_patchkit.runtime.verify import verify
-
-    class ToyAdapter(ModelAdapter):
-        name = "Toy"
-        architectures = ("ToyStateForCausalLM",)
-        proxy_layer_name = "model.layers.0.toy_proxy"
-        image_layer_suffix = "toy_image"
-        block_size = BS
-
-        def checkpoint_spec(self, vllm_config):
-            return CheckpointSpec(page_bytes=PAGE, slot_bytes=11_000, image_bytes=10_000, layout_id="toy-v1")
 
     toy = REGISTRY.register(ToyAdapter())
     model = build_tiny_model(Path(tempfile.mkdtemp()))

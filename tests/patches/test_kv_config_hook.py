@@ -29,24 +29,9 @@ from vllm_patchkit.declaration.declare import parse_patch
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 from vllm_patchkit.patches import kv_config_hook as hook
 
-PAGE = 4096
-BS = 256
-PHYSICAL = 100
+from tests.patches.toy_adapter import BS, PAGE, PHYSICAL, ToyAdapter
 STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"
 YAML = Path(hook.__file__).with_suffix(".yaml")
-
-
-class ToyAdapter(ModelAdapter):
-    """A stand-in family: fixed checkpoint spec with the seed's toy numbers."""
-
-    name = "Toy"
-    architectures = ("ToyStateForCausalLM",)
-    proxy_layer_name = "model.layers.0.toy_proxy"
-    image_layer_suffix = "toy_image"
-    block_size = BS
-
-    def checkpoint_spec(self, vllm_config):
-        return CheckpointSpec(page_bytes=PAGE, slot_bytes=11_000, image_bytes=10_000, layout_id="toy-v1")
 
 
 @pytest.fixture

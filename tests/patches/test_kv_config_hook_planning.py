@@ -9,22 +9,18 @@ importable as `vllm` (CPU platform). Real there: `get_global_kv_cache_groups`,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.release_sources import run
+from tests.release_sources import probe_json
 
 PROBE = Path(__file__).with_name("kv_hook_planning_probe.py")
 
 
 @pytest.fixture(scope="module")
 def probe():
-    done = run("0.33.0", PROBE)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE-JSON ")]
-    assert done.returncode == 0 and lines, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return json.loads(lines[0].partition(" ")[2])
+    return probe_json("0.33.0", PROBE)
 
 
 def test_it_ran_vllm_0_33_from_the_wheel(probe):

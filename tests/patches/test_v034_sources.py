@@ -7,22 +7,18 @@ exercised (cannot run here): a CUDA graph replay, a serve, the extensible KV cac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.release_sources import run
+from tests.release_sources import probe_json
 
 PROBE = Path(__file__).with_name("v034_probe.py")
 
 
 @pytest.fixture(scope="module")
 def probe():
-    done = run("0.34.0", PROBE)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("PROBE-JSON ")]
-    assert done.returncode == 0 and lines, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-    return json.loads(lines[0].partition(" ")[2])
+    return probe_json("0.34.0", PROBE)
 
 
 def test_the_defect_exists_on_0_34_and_the_v2_override_removes_it(probe):

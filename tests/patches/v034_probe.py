@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-PAGE, BS, PHYSICAL = 4096, 256, 100
+from tests.patches.toy_adapter import BS, PAGE, PHYSICAL  # noqa: E402 (the seed's toy numbers)
 ARCH = "DeepseekV4ForCausalLM"
 ROWS = {"tail_after_prefix_hit": (9, 8, 1, 0), "one_token_prompt": (1, 0, 1, 0),
         "two_token_tail_spec": (9, 7, 2, 0), "padded_tail_spec": (9, 8, 2, 1), "decode": (5, 6, 1, 0)}
@@ -77,20 +77,11 @@ def planning_and_zeroing(out: dict, ps, model_dir: Path) -> None:
     from vllm.v1.core import kv_cache_planning as planning
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    from vllm_patchkit.adapters import REGISTRY, CheckpointSpec, ModelAdapter
+    from vllm_patchkit.adapters import REGISTRY
+    from tests.patches.toy_adapter import ToyAdapter
     from vllm_patchkit.patches import image_kv_zeroing_off as zoff
     from vllm_patchkit.patches import kv_config_hook as hook
     from vllm_patchkit.runtime.context import PatchContext
-
-    class ToyAdapter(ModelAdapter):
-        name = "Toy"
-        architectures = ("ToyStateForCausalLM",)
-        proxy_layer_name = "model.layers.0.toy_proxy"
-        image_layer_suffix = "toy_image"
-        block_size = BS
-
-        def checkpoint_spec(self, vllm_config):
-            return CheckpointSpec(page_bytes=PAGE, slot_bytes=11_000, image_bytes=10_000, layout_id="toy-v1")
 
     toy = REGISTRY.register(ToyAdapter())
 

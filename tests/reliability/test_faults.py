@@ -292,6 +292,25 @@ def test_unwritable_status_dir_does_not_mask_a_required_failure(tmp_path, vllm_m
         loader.run_import_stage()
 
 
+
+class FullDisk:
+    """The record file: part of the record reaches it, then the disk is full (ENOSPC)."""
+
+    def __init__(self, fh):
+        self.fh = fh
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+        return False
+
+    def write(self, data):
+        self.fh.write(data[:8])
+        self.fh.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
 def _fill(path: Path) -> None:
     """Write until the file system says ENOSPC."""
     with open(path / "filler", "wb", buffering=0) as fh:
@@ -324,23 +343,6 @@ def test_full_disk_keeps_the_last_good_record(tmp_path, vllm_modules, monkeypatc
         else:
             real_fdopen = os.fdopen
 
-            class FullDisk:
-                """The record file: part of the record reaches it, then the disk is full."""
-
-                def __init__(self, fh):
-                    self.fh = fh
-
-                def __enter__(self):
-                    return self
-
-                def __exit__(self, *exc):
-                    self.fh.close()
-                    return False
-
-                def write(self, data):
-                    self.fh.write(data[:8])
-                    self.fh.flush()
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
             monkeypatch.setattr(record_mod.os, "fdopen", lambda fd, *a, **kw: FullDisk(real_fdopen(fd, *a, **kw)))
         loader.records["healthy"].calls = 123  # something new to write

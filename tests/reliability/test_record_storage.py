@@ -23,25 +23,7 @@ from vllm_patchkit.runtime.flush import Flusher
 from vllm_patchkit.tools.cli import main
 
 from ..framework.helpers import live_pin, patch_doc
-from .test_faults import POOL, _fill, _tmpfs, _umount, build_loader
-
-
-class FullDisk:
-    """The record file: part of the record reaches it, then the disk is full."""
-
-    def __init__(self, fh):
-        self.fh = fh
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.fh.close()
-        return False
-
-    def write(self, data):
-        self.fh.write(data[:8])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+from .test_faults import POOL, FullDisk, _fill, _tmpfs, _umount, build_loader
 
 
 @pytest.fixture
