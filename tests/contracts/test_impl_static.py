@@ -130,7 +130,11 @@ print("RESULT", rc_pin, rc_check, "abortpkg" in sys.modules)
 def test_check_and_pin_never_import_an_implementation_module(pkg, tmp_path):
     """pin and check of a set whose implementations abort on import: both read the signatures and report (a
     declared parameter the target lacks is a convention finding), in a child process that exits normally."""
-    tree = write_tree(tmp_path / "tree", {"toy/mod.py": "def g(a, b=1):\n    pass\n\ndef h(a):\n    pass\n"})
+    # the toy release also defines the Scheduler the implementation module imports: its reach (issue 30) is met
+    tree = write_tree(tmp_path / "tree", {"toy/mod.py": "def g(a, b=1):\n    pass\n\ndef h(a):\n    pass\n",
+                                          "vllm/__init__.py": "", "vllm/v1/__init__.py": "",
+                                          "vllm/v1/core/__init__.py": "", "vllm/v1/core/sched/__init__.py": "",
+                                          "vllm/v1/core/sched/scheduler.py": "class Scheduler:\n    pass\n"})
     patches = write_patches(tmp_path / "patches", [
         patch_doc("fits", "toy.mod:g", implementation=f"{pkg}.impl:wrapper", params=["b"]),
         patch_doc("misfit", "toy.mod:h", implementation=f"{pkg}.impl:wrapper", params=["nope"]),
