@@ -367,6 +367,7 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
     from vllm_patchkit.runtime.context import live_target
     from vllm_patchkit.upstream.convention import wrap_takes_context
     from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
+    from vllm_patchkit.declaration.kinds import traits
     from vllm_patchkit.upstream.targets import Place, resolve
 
     pset = load_patch_set(installed_sources())
@@ -378,7 +379,7 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
         fn, bound = live_target(patch.target)
         impl = None if patch.implementation is None else resolve(patch.implementation).get_raw()
         how = "passthrough" if impl is None else "implementation"
-        cases = None if impl is None or patch.kind is not apply.Kind.wrap else scenarios(key, images, args.max_seqs)
+        cases = None if impl is None or traits(patch).call_shape != "wrap" else scenarios(key, images, args.max_seqs)
         if impl is None:
             a, kw = _passthrough_call(fn, bound)
             cases = [("passthrough", lambda o: None, a, kw, None)]
