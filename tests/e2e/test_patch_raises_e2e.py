@@ -13,6 +13,7 @@ import os
 import urllib.request
 
 import pytest
+import vllm
 import yaml
 
 from vllm_patchkit.tools.cli import main as cli_main
@@ -36,8 +37,9 @@ def test_required_frontend_wrap_raising_is_503_and_status_1(tiny_model, tmp_path
     doc = patch_doc(id="test.verify-raises", kind="wrap", target=TARGET, implementation="patchkit_e2e_raising:verify",
                     processes=["frontend"], required=True, expected_calls="per_request")
     (folder / "verify_raises.yaml").write_text(yaml.safe_dump(doc))
-    (folder / "manifests" / "vllm-0.31.0.yaml").write_text(yaml.safe_dump(
-        {"vllm": "0.31.0", "generated_by": "test", "patches": [
+    release = vllm.__version__  # the release this leg runs on: the set is pinned for it, as its author would
+    (folder / "manifests" / f"vllm-{release}.yaml").write_text(yaml.safe_dump(
+        {"vllm": release, "generated_by": "test", "patches": [
             {"patch": "test.verify-raises@1", "targets": {TARGET: live_pin(TARGET)}}]}))
     status_dir = tmp_path / "status"
     env = {"VLLM_PATCHKIT_STATUS_DIR": str(status_dir), "VLLM_PATCHKIT_EXTRA_PATCHES": str(folder),

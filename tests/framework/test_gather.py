@@ -13,7 +13,7 @@ import types
 from vllm_patchkit.reporting import gather
 from vllm_patchkit.runtime.record import PatchRecord, ProcessRecord
 from vllm_patchkit.reporting.run_folder import Run
-from vllm_patchkit.reporting.verdict import assess
+from vllm_patchkit.reporting.verdict import assess, warnings_of
 
 
 def _record(pid: int, role: str = "worker", run_id: str = "r1", state: str = "applied", required=True) -> dict:
@@ -42,6 +42,24 @@ def test_a_failed_remote_patch_fails_the_run():
     assert assess(run)[0] == 0
     run, _ = gather.merge(run, [{"host": "node-b", "record": _record(7, state="failed")}], local_host="node-a")
     code, problems = assess(run)
+    assert code == 1 and "required patch failed" in problems[0]
+
+
+def test_a_live_answer_whose_file_cannot_be_written_is_a_warning_not_a_problem():
+    """The answer is the worker's state now; only the folder is behind, and the warning says so. The same
+    record read from the folder (no host: not live) stays a problem: its rows may be old."""
+    unwritten = {**_record(11), "unpersisted_since": 1.0, "write_failures": 3, "write_error": "IsADirectoryError"}
+    run, _ = gather.merge(Run("r1", [_record(10, "frontend")], []), [{"host": "node-b", "record": unwritten}],
+                          local_host="node-a")
+    assert assess(run) == (0, [])
+    [said] = [w for w in warnings_of(run) if "not persisted" in w]
+    assert "worker (pid 11)" in said and "this answer is live" in said
+    code, problems = assess(Run("r1", [_record(10, "frontend"), unwritten], []))
+    assert code == 1 and "not persisted" in problems[0]
+    failed = {**unwritten, "patches": [{**unwritten["patches"][0], "state": "failed"}]}
+    run, _ = gather.merge(Run("r1", [_record(10, "frontend")], []), [{"host": "node-b", "record": failed}],
+                          local_host="node-a")
+    code, problems = assess(run)  # the warning never hides what the live rows say
     assert code == 1 and "required patch failed" in problems[0]
 
 

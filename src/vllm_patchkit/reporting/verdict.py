@@ -69,6 +69,12 @@ def unwritten(proc: dict, end: dict, now: Optional[float] = None) -> Optional[st
             "rows show the state of then")
 
 
+def gathered_live(proc: dict) -> bool:
+    """A record answered live over RPC (gather.py marks it with its host): its rows are the process's state now,
+    so a failed write of its file leaves the folder, not this answer, behind (a warning, never a problem)."""
+    return "host" in proc and proc.get("unpersisted_since") is not None
+
+
 def is_inert(rec: dict, steps: Optional[int], min_steps: int) -> bool:
     """A per-step patch that has not run once after the engine ran enough steps."""
     return (
@@ -205,7 +211,7 @@ def assess(run: Optional[Run], min_steps: int = 8) -> tuple[int, list[str]]:
     run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
     for i, proc in enumerate(run.processes):
         stale = unwritten(proc, ended[0].get(i, {}))
-        if stale:
+        if stale and not gathered_live(proc):
             problems.append(stale)
         steps = proc.get("steps")
         if steps is None:
@@ -258,6 +264,9 @@ def warnings_of(run: Optional[Run]) -> list[str]:
     out = list(run.warnings) + [r for r in run.refused if r not in run.warnings]
     nearest: dict[tuple[str, str], list[str]] = {}
     for proc in run.processes:
+        if gathered_live(proc):
+            out.append(f"{unwritten(proc, {})}: this answer is live, but `vllm-patchkit status` reading the "
+                       "folder shows an older state of it")
         for w in proc.get("warnings") or []:
             if w not in out:
                 out.append(w)
