@@ -183,3 +183,38 @@ def _describe(raw: dict, exc: ValidationError) -> str:
 
 def all_catalogues() -> list[Catalogue]:
     return [load(p) for p in plugins()]
+
+
+class Split(_Strict):
+    """tests/corpus/split.yaml: which plugins rules may be tuned on, and the recorded draw of the held-out ones."""
+
+    seed: int
+    pool: list[str] = Field(min_length=1)
+    drawn: list[str] = Field(min_length=1)
+    tuning: list[str] = Field(min_length=1)
+    held_out: list[str] = Field(min_length=1)
+    moves: list[dict] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> "Split":
+        both = sorted(set(self.tuning) & set(self.held_out))
+        if both:
+            raise ValueError(f"in both splits: {both}")
+        if not set(self.drawn) <= set(self.pool):
+            raise ValueError(f"drawn but not in the pool: {sorted(set(self.drawn) - set(self.pool))}")
+        return self
+
+    def of(self, plugin: str) -> str:
+        if plugin in self.held_out:
+            return "held_out"
+        if plugin in self.tuning:
+            return "tuning"
+        raise ValueError(f"split.yaml: plugin {plugin!r} is in neither split (add it to `tuning`, or draw it)")
+
+
+def load_split(root: Path = HERE) -> Split:
+    raw = yaml.safe_load((Path(root) / "split.yaml").read_text())
+    try:
+        return Split.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(f"split.yaml: {_describe(raw, exc)}") from None
