@@ -44,14 +44,28 @@ def rows():
 # or one of these found, fails the test. serve-cli-injection: the plugin's CLI imports a vLLM helper from modules
 # gone since 0.33.0, a use of vLLM no patch kind declares.
 _CLI = ("agentinfer_zmj_test", "serve-cli-injection")
-KNOWN_MISSES = {"0.33.0": {_CLI}, "0.34.0": {_CLI}}
+# engine-apply-scheduler-incremental: an RPC method vllm-hi adds to EngineCore calls `.clear()` on
+# `Request._all_token_ids`, a TokenBuffer without it on 0.34.0 (a method the plugin adds: no kind declares it).
+_HI = ("vllm_hi", "engine-apply-scheduler-incremental")
+KNOWN_MISSES = {"0.33.0": {_CLI}, "0.34.0": {_CLI, _HI}}
 
 
 # The held-out split (tests/corpus/split.yaml) is measured, never tuned on: its misses and false alarms are listed
 # as measured, a ratchet both ways. A new one fails; one that disappears fails too, because a rule changed what
 # check says there and the plugin must then move to the tuning split (and a new one be drawn).
-HELD_OUT_MISSES: dict[str, set] = {}
-HELD_OUT_FALSE_ALARMS: dict[str, set] = {}
+# As measured on 2026-12-04, the day they were catalogued (scripts/corpus_report.py --list says why each is one).
+# amass-kv: its entry point imports a helper 0.33.0 removed from vllm.utils.torch_utils, so nothing of it loads;
+# six of the seven places are backend subclasses reached through a returned dotted path (no kind declares them).
+_AMASS = {("amass_kv", p) for p in ("attn-backend-selection", "backend-subclass", "impl-forward", "builder-init",
+                                   "builder-build", "builder-capture", "builder-cudagraph-support")}
+HELD_OUT_MISSES: dict[str, set] = {
+    "0.33.0": _AMASS,
+    "0.34.0": _AMASS | {("thaw_vllm", "prefix-cache-block-hash"),
+                        ("vllm_plugin_meralion2", "no-repeat-ngram-logitsproc")},
+}
+# vllm-service-ple's copy of the PLE table's `_lookup`: upstream changed paths the copied FP8 branch never takes
+_PLE = {("vllm_service_ple", "pinned-lookup")}
+HELD_OUT_FALSE_ALARMS: dict[str, set] = {"0.32.0": _PLE, "0.33.0": _PLE, "0.34.0": _PLE}
 
 
 @pytest.mark.parametrize("release", ["0.32.0", "0.33.0", "0.34.0"])
@@ -92,10 +106,16 @@ def test_the_split_covers_the_corpus_and_its_draw_reproduces():
     assert set(split.pool) - set(split.drawn) <= set(split.tuning)
 
 
+# Plugins none of whose places any kind can declare (registrations, subclasses reached by a registry): measured
+# as places and breaks only. vllm-canon: model / CustomOp / torch-op registrations and a MambaBase layer.
+NOTHING_DECLARABLE = {"vllm_canon"}
+
+
 def test_every_plugin_is_measured(rows):
     plugins = {r.plugin for r in rows}
-    assert len(plugins) >= 4, plugins
-    assert all(r.declared and r.pinned for r in rows), [(r.plugin, r.release) for r in rows if not r.pinned]
+    assert len(plugins) >= 12, plugins
+    assert {r.plugin for r in rows if not r.declared} == NOTHING_DECLARABLE
+    assert all(r.pinned for r in rows if r.declared), [(r.plugin, r.release) for r in rows if r.declared and not r.pinned]
 
 
 def test_copied_body_changed_is_source_changed_with_its_diff(tmp_path):
