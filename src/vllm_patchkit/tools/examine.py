@@ -98,12 +98,23 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
-                           for held in release.holders(spec) if held not in patch.copies and held not in before)
+                           for held in release.holders(spec) if held not in patch.copies and held not in before
+                           and _may_hold_original(release, patch, held))
         elif is_copy and target_id is not None:
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
     return found, judge_all(patch, out)
+
+
+def _may_hold_original(release: Release, patch: Patch, held: str) -> bool:
+    """A module holding the target by value calls the original only if it bound it before the patch was
+    installed: an import-stage patch is installed when the target's module executes, so only a holder that may run
+    before the plugins load keeps the original (`upstream/import_order.py`); a config-stage patch is installed
+    later, and any holder may have bound the original by then."""
+    if patch.stage != "import":
+        return True
+    return release.runs_before_plugins(held.partition(":")[0])
 
 
 def _set_place(release: Release, patch: Patch, spec: str,
