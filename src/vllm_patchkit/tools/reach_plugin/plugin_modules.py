@@ -117,6 +117,17 @@ class PluginModules:
                 got = PluginName(got.module, f"{got.qual}.{part}")
         return got
 
+    def alternatives(self, module: str, local: str) -> list[VllmName]:
+        """Every vLLM name the module's top-level imports bind to `local`, in source order (a guarded import and its
+        fallback: the release decides which one the name is)."""
+        mod = self.modules.get(module)
+        out: list[VllmName] = []
+        for st in _top_statements(mod.tree.body) if mod is not None else []:
+            if isinstance(st, ast.ImportFrom):
+                src = _relative(module, mod.is_package, st)
+                out += [VllmName(src, a.name) for a in st.names if (a.asname or a.name) == local and is_vllm(src)]
+        return out
+
     def definition(self, spec: PluginName) -> Optional[ast.AST]:
         """The plugin's `def` or `class` `spec` names (a class's method too)."""
         mod = self.modules.get(spec.module)
@@ -154,6 +165,14 @@ class PluginModules:
         """Every function of the plugin, methods and nested ones included: (module, owner class or None, node)."""
         for mod in self.modules.values():
             yield from _functions(mod.name, mod.tree, None)
+
+
+def _top_statements(body: list):
+    for st in body:
+        yield st
+        if isinstance(st, (ast.If, ast.Try)):
+            for block in (st.body, st.orelse, getattr(st, "finalbody", []), *[h.body for h in getattr(st, "handlers", [])]):
+                yield from _top_statements(block)
 
 
 def _classes(module: str, body: list, prefix: str):

@@ -217,6 +217,8 @@ class _PluginFunction(_Function):
     def eval(self, node: Optional[ast.expr], call: bool = False) -> reach.Value:
         if isinstance(node, ast.Name) and node.id not in self.env:
             got = self.w.p.resolve(self.module, node.id)
+            if isinstance(got, VllmName) and got.qual and "." not in got.qual and not self._defined(got):
+                got = next((alt for alt in self.w.p.alternatives(self.module, node.id) if self._defined(alt)), got)
             return Ref(got) if isinstance(got, VllmName) else _PluginRef(got) if isinstance(got, PluginName) else None
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
                 and self.env.get("__class__") is not None):
@@ -224,6 +226,9 @@ class _PluginFunction(_Function):
                 self.eval(a)
             return Obj(self.w.pt.classes[self.env["__class__"].cls].vllm_bases[0])
         return super().eval(node, call)
+
+    def _defined(self, name: VllmName) -> bool:
+        return self.w.types.module_defines(name.module, name.qual) is not None
 
     def member_of(self, base: reach.Value, node: ast.Attribute, call: bool) -> reach.Value:
         if isinstance(base, _PluginRef):
