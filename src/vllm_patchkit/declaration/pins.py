@@ -26,7 +26,7 @@ class ReachPin(Declared, frozen=True, kw_only=True):
     """A name of vLLM the implementation reaches once it runs (`upstream/reach.py`), as the release pinned defines
     it: names only, so the loader checks it without reading any source."""
 
-    kind: Literal["import", "attribute", "method"]
+    kind: Literal["import", "attribute", "method", "provide"]  # provide: a `set`'s class sets it (reach_provide)
     defined: Optional[str] = None  # how vLLM defined it when pinned: method, property, instance_attribute, ...
 
 

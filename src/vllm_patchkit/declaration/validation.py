@@ -296,9 +296,10 @@ class Fingerprint(Strict):
 class ReachPin(Strict):
     """A name of vLLM the implementation reaches once it runs (read statically at pin: upstream/reach.py)."""
 
-    kind: Literal["import", "attribute", "method"] = Field(
+    kind: Literal["import", "attribute", "method", "provide"] = Field(
         description="`import`: a name the implementation's module imports from vLLM; `attribute` / `method`: read or "
-                    "called on a vLLM object whose class was inferred")
+                    "called on a vLLM object whose class was inferred; `provide`: an attribute vLLM's methods read on "
+                    "objects of the class a `set` replaces, which the class set in its place provides")
     defined: Optional[str] = Field(
         default=None, description="how the release pinned defines it (method, property, class_attribute, "
                                   "instance_attribute, field, module, name): informative; the loader accepts any")

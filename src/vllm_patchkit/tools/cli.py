@@ -89,6 +89,7 @@ def add_docs(sub) -> None:
 VERBS: list[Callable] = [add_status, add_schema, add_docs, add_check, add_pin]
 VERBS.append(__import__("vllm_patchkit.tools.doctor", fromlist=["add_doctor"]).add_doctor)
 VERBS.append(__import__("vllm_patchkit.tools.scan", fromlist=["add_scan"]).add_scan)
+VERBS.append(__import__("vllm_patchkit.tools.reach_plugin", fromlist=["add_reach"]).add_reach)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -92,6 +92,10 @@ def _explain_reach(b: "Breakage") -> str:
     if b.old == "import":
         module, _, name = b.target.partition(":")
         return f"{b.patch} imports {name} from {module} ({b.detail}); vLLM {b.new} has no {name} in {module}"
+    if b.old == "provide":
+        reader, _, cls = str(b.detail).rpartition("; ")
+        return (f"{b.patch} swaps {cls} in for {owner}; vLLM {b.new}'s {reader} reads self.{name} on its objects, "
+                f"which {cls.rpartition(':')[2]} does not set: AttributeError when vLLM calls it")
     verb, what = ("calls", "method") if b.old == "method" else ("reads", "attribute")
     return f"{b.patch} {verb} {owner}.{name} ({b.detail}); vLLM {b.new} defines no such {what} on {owner}"
 
