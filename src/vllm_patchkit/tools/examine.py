@@ -60,9 +60,12 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         pin = pins.get(spec)
         with_digest = spec in by_source or (pin is not None and pin.source_digest is not None)
         got = release.lookup(spec, with_digest)
-        if (isinstance(got, Missing) and got.inherited_from and patch.instances and spec == patch.target):
-            # `instances: true` patches objects, whose lookup goes through the MRO: the base's method is what
-            # they call and what is compared (the loader reads it the same way: targets.resolve_through_mro)
+        through_mro = (patch.instances and spec == patch.target) or (spec in patch.uses and not is_copy
+                                                                      and spec != patch.target)
+        if isinstance(got, Missing) and got.inherited_from and through_mro:
+            # `instances: true` patches objects, and a `uses` entry is called through the class: both reach the
+            # base's method through the MRO, which is what is compared (the loader reads it the same way:
+            # targets.resolve_through_mro)
             got = release.lookup(got.inherited_from, with_digest)
         if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
             got = confirm_moves(release, pinned_on, spec, pin, got)
@@ -82,8 +85,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
                 there = release.lookup(home, with_digest)
                 if not isinstance(there, Missing):
                     out.extend(compare(patch.key, home, pin, there))
-        elif isinstance(got, Missing):
-            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
+        elif isinstance(got, Missing):  # nothing pinned: this release is the one read first
+            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy, pinned=False))
         if isinstance(got, Missing):
             continue
         if spec == patch.target:

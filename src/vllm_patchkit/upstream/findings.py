@@ -81,7 +81,9 @@ def _explain_inherited(b: "Breakage") -> str:
     qual = b.target.partition(":")[2]
     owner = qual.rpartition(".")[0]
     base = b.new.partition(":")[2]
-    return (f"now inherited from {b.new}, no longer defined on {owner}: a patch on {qual} would add an override "
+    said = (f"now inherited from {b.new}, no longer defined on {owner}" if b.old == "defined" else
+            f"inherited from {b.new}, not defined on {owner}")  # `old`: the pin had it on the class
+    return (f"{said}: a patch on {qual} would add an override "
             f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
 
 
