@@ -45,7 +45,7 @@ DECLARATIONS: tuple[KindDeclaration, ...] = (
     KindDeclaration("replace", "the target is replaced by the implementation", needs=("target", "implementation"),
                     takes=("copies", "reimplements"), call_shape="replace"),
     KindDeclaration("set", "the target attribute is set to `value` (or what `value_from` names)", needs=("target",),
-                    takes=("value", "value_from", "instances", "inherited_from"), sets_value=True),
+                    takes=("value", "value_from", "instances", "inherited_from", "adds"), sets_value=True),
     KindDeclaration("env_default", "an env var gets a default when unset", needs=("env_default",)),
     KindDeclaration("refuse", "start-up stops with `message` when `when` holds", needs=("message",)),
     KindDeclaration("warn", "a warning with `message` when `when` holds; start-up goes on", needs=("message",)),

@@ -156,6 +156,7 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     value: Any = None
     instances: bool = False
     inherited_from: Optional[str] = None
+    adds: bool = False
     value_from: Optional[str] = None
     config_field: Optional[str] = None
     overrides: list[str] = field(default_factory=list)

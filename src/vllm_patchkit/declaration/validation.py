@@ -153,6 +153,12 @@ class Patch(PatchReading, Strict):
                     "the MRO finds. The patch sets the attribute on Sub alone (an override; unpatch deletes it, and Sub "
                     "inherits again); the base's attribute is pinned, and Sub is pinned as not defining it",
     )
+    adds: bool = Field(
+        default=False,
+        description="kind set of `module:Class.name` that vLLM does not define (nor inherit): the plugin adds it (an "
+                    "RPC method on a worker class, a helper, a marker attribute). Pinned as absent; a release that "
+                    "starts defining the name is a collision (`check`: name_collision; the loader refuses it)",
+    )
     value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
         description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
@@ -229,6 +235,8 @@ class Patch(PatchReading, Strict):
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
             self._check_inherited_from()
+        if self.adds:
+            self._check_adds()
         if self.params and (row.call_shape != "wrap" or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
         if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
@@ -252,6 +260,17 @@ class Patch(PatchReading, Strict):
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
         return self
+
+    def _check_adds(self) -> None:
+        """`adds`: kind set of a class member, alone (an added name is neither each object's nor inherited)."""
+        if not declaration_of(self.kind).sets_value:
+            raise ValueError(f"'adds: true' is only for kind set (a name the plugin adds to a vLLM class), not "
+                             f"{self.kind.value!r}")
+        if self.instances or self.inherited_from is not None:
+            raise ValueError("'adds: true' names a member vLLM does not have: not with 'instances' or 'inherited_from'")
+        if "." not in self.target.partition(":")[2]:
+            raise ValueError(f"'adds: true' needs 'target' to name a member of a class (module:Class.name), not "
+                             f"{self.target!r}")
 
     def _check_inherited_from(self) -> None:
         """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
@@ -279,7 +298,7 @@ class Fingerprint(Strict):
     kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent",
                   "instance_attribute"] = Field(
         description="what is at the place; `absent`: the class does not define the attribute itself (a set with "
-                    "`inherited_from`); `instance_attribute`: no class attribute, but the class's methods (or its "
+                    "`inherited_from`; with `adds`, nor any base); `instance_attribute`: no class attribute, but the class's methods (or its "
                     "bases' in the release) assign `self.attr` (a set with `instances: true`)")
     signature: Optional[str] = None
     source_digest: Optional[str] = None

@@ -51,8 +51,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
-        if traits(patch).sets_value and (patch.instances or patch.inherited_from) and spec in (patch.target,
-                                                                                             patch.inherited_from):
+        if traits(patch).sets_value and (patch.instances or patch.inherited_from or patch.adds) and spec in (
+                patch.target, patch.inherited_from):
             found[spec], more = _set_place(release, patch, spec, pins.get(spec))  # the loader's reading, statically
             out.extend(more)
             continue
@@ -123,13 +123,15 @@ def _may_hold_original(release: Release, patch: Patch, held: str) -> bool:
 def _set_place(release: Release, patch: Patch, spec: str,
                pin: Optional[Fingerprint]) -> tuple[Union[Fingerprint, Missing], list[Breakage]]:
     """A `set` on the objects of a class (`instances`) or on one subclass over its base (`inherited_from`): what is
-    pinned at `spec` and what changed, by the loader's rules (`verify._set_place`, `misdeclared.py`).
+    pinned at `spec` and what changed, by the loader's rules (`set_places.set_place`, `misdeclared.py`).
 
     - `instances`: the target is an attribute the class's methods assign on each object (`instance_attribute`,
       with the value digest of the literal `__init__` assigns); gone when no method assigns it any more;
     - `inherited_from`: the target is pinned `absent` (the subclass does not define it) and the base's attribute
       as any class attribute (its value digest). The subclass defining it itself, or the MRO finding it at another
       base, is a misdeclaration the loader refuses with the same words, never "moved"."""
+    if patch.adds:
+        return _added_name(release, patch, spec, pin)
     if patch.instances:
         got = _instance_attribute(release, spec)
         if pin is not None:
@@ -152,6 +154,22 @@ def _set_place(release: Release, patch: Patch, spec: str,
         return got, [Breakage(BreakageKind.misdeclared, patch.key, spec,
                               detail=misdeclared.inherited_elsewhere(spec, patch.inherited_from, got.inherited_from))]
     return got, missing_breakages(patch.key, spec, got)
+
+
+def _added_name(release: Release, patch: Patch, spec: str,
+                pin: Optional[Fingerprint]) -> tuple[Union[Fingerprint, Missing], list[Breakage]]:
+    """`adds`: the class must exist and define the name neither itself nor through a base (pinned `absent`); a
+    release where it does is a collision, on the first release read as on a later one."""
+    owner = release.lookup(spec.rpartition(".")[0])
+    if isinstance(owner, Missing):
+        return owner, missing_breakages(patch.key, spec.rpartition(".")[0], owner, pinned=pin is not None)
+    got = release.lookup(spec)
+    if isinstance(got, Fingerprint) or (isinstance(got, Missing) and got.inherited_from):
+        where = spec if isinstance(got, Fingerprint) else got.inherited_from
+        return got, [Breakage(BreakageKind.name_collision, patch.key, spec, new=where,
+                              detail=release.version() or "?")]
+    absent = Fingerprint(kind="absent")
+    return absent, [] if pin is None else compare(patch.key, spec, pin, absent)
 
 
 def _instance_attribute(release: Release, spec: str) -> Union[Fingerprint, Missing]:

@@ -24,6 +24,7 @@ import ast
 from dataclasses import dataclass
 from typing import Optional
 
+from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream import impl_static
@@ -34,8 +35,9 @@ from vllm_patchkit.upstream.static_tables import instance_assignments
 
 
 def applies(patch: Patch) -> bool:
-    """A `set` of a class (`module:Class`) to an object named by `value_from`."""
-    return patch.kind == "set" and patch.value_from is not None and patch.target is not None and ":" in patch.target
+    """A kind that sets a value (`set`) at a class (`module:Class`), to an object named by `value_from`."""
+    return (traits(patch).sets_value and patch.value_from is not None and patch.target is not None
+            and ":" in patch.target)
 
 
 def _plugin_names(spec: str) -> Optional[tuple[set[str], bool]]:

@@ -72,6 +72,7 @@ _ALWAYS = {
     K.copy_gone: "a declared copy is gone: the declaration is out of date",
     K.copy_differs: "a declared copy no longer holds the target",
     K.copy_undeclared: "vLLM calls through a copy the patch does not reach: declare it in `copies`",
+    K.name_collision: "the name the patch adds is now vLLM's own: rename it (a new patch version)",
     K.misdeclared: "the loader refuses this declaration at start-up",
     K.unpinned: "no pin to judge against",
     K.probe_error: "the retirement probe failed",
