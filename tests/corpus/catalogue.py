@@ -41,6 +41,7 @@ class Declaration(_Strict):
     config_field: Optional[str] = None
     reimplements: Optional[list[str]] = None  # [] : a replace that calls the original (copies nothing)
     instances: bool = False
+    adds: bool = False  # kind set of a name the plugin adds to a vLLM class (pinned absent)
     value: Any = None
     value_from: Optional[str] = Field(default=None, pattern=TARGET)
     env_default: Optional[EnvDefault] = None

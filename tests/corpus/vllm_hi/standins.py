@@ -16,3 +16,34 @@ async def init_app_state(engine_client, state, args, supported_tasks=None):
 async def run_server(args, **uvicorn_kwargs):
     """The plugin's run_server wrapper: args, then uvicorn keywords."""
     ...
+
+
+# The RPC methods vllm-hi adds to EngineCore and Worker (`adds: true`): our stand-ins, called by name.
+
+
+def _vllm_hi_get_scheduler_state(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_set_scheduler_state(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_apply_scheduler_incremental(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_export_kv_ipc(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_set_kv_ipc(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_collect_kv_cache(self, *args, **kwargs):
+    ...
+
+
+def _vllm_hi_try_get_result(self, *args, **kwargs):
+    ...
