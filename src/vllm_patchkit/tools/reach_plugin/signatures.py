@@ -3,7 +3,7 @@
 A function or method: its pinned-style signature (`StaticRelease.lookup`, through the bases when inherited). A
 class: its `__init__` (the class's or a base's in the release), else, for a dataclass, a NamedTuple, a pydantic
 model or a msgspec Struct, the constructor its fields make: fields in base-first order, a field with a value
-defaulted, `ClassVar`s and `field(init=False)` left out, keyword-only when the decorator or the base says
+defaulted, `ClassVar`s and `field(init=False)` left out, a field annotated under an `if` read from the branch that runs, keyword-only when the decorator or the base says
 `kw_only=True` (a pydantic model: always). The call is bound with `inspect.Signature.bind` on that signature
 (`sigdiff.parse_signature` reads it), so the verdict is Python's own.
 """
@@ -70,7 +70,7 @@ def fields_signature(chain) -> str:
     for _, node in reversed(chain):
         kw_class = _kw_only(node)
         after_marker = False
-        for st in node.body:
+        for st in _body_run(node.body):
             if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
                 continue
             ann = (dotted(st.annotation.value if isinstance(st.annotation, ast.Subscript) else st.annotation) or "")
@@ -98,6 +98,20 @@ def fields_signature(chain) -> str:
     for i in reversed(required_after):
         keyword.insert(0, positional.pop(i))
     return "(" + ", ".join(positional + (["*"] + keyword if keyword else [])) + ")"
+
+
+def _body_run(body: list) -> list:
+    """A class body's statements as the class statement runs them: an `if TYPE_CHECKING:` block's `else` (vLLM
+    0.34.0's `EngineCoreRequest` annotates `prompt_token_ids` in both branches of one), another `if`'s first branch
+    (`static_tables.py`'s rule: what a normal deployment runs)."""
+    out = []
+    for st in body:
+        if isinstance(st, ast.If):
+            test = dotted(st.test) or ""
+            out += _body_run(st.orelse if test.rpartition(".")[2] == "TYPE_CHECKING" else st.body)
+        else:
+            out.append(st)
+    return out
 
 
 def _kw_only(node: ast.ClassDef) -> bool:
