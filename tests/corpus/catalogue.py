@@ -40,6 +40,7 @@ class Declaration(_Strict):
     overrides: list[str] = Field(default_factory=list)
     config_field: Optional[str] = None
     reimplements: Optional[list[str]] = None  # [] : a replace that calls the original (copies nothing)
+    copied_part: dict[str, list[str]] = Field(default_factory=dict)  # the statements of a body it copies (a part)
     instances: bool = False
     adds: bool = False  # kind set of a name the plugin adds to a vLLM class (pinned absent)
     value: Any = None

@@ -20,6 +20,7 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
     source_digest: Optional[str] = None
     wrappers: list[str] = field(default_factory=list)
     value_digest: Optional[str] = None
+    part_digest: Optional[str] = None  # the statements `copied_part` names (upstream/copied_part.py)
 
 
 class ReachPin(Declared, frozen=True, kw_only=True):

@@ -151,6 +151,7 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     copies: list[str] = field(default_factory=list)
     uses: list[str] = field(default_factory=list)
     reimplements: Optional[list[str]] = None
+    copied_part: dict[str, list[str]] = field(default_factory=dict)
     implementation: Optional[str] = None
     params: list[str] = field(default_factory=list)
     value: Any = None

@@ -14,6 +14,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vllm_patchkit.declaration import pins, schema
+from vllm_patchkit.declaration.set_members import check_adds, check_inherited_from
 from vllm_patchkit.declaration.kinds import declaration_of, problems
 from vllm_patchkit.declaration.schema import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
                                               PatchReading, Process, WhenReading)
@@ -133,6 +134,13 @@ class Patch(PatchReading, Strict):
                     "Unset: a replace copies its target, other kinds copy nothing; `[]`: a replace that calls the "
                     "original instead of copying it",
     )
+    copied_part: dict[Annotated[str, Field(pattern=TARGET)], list[str]] = Field(
+        default_factory=dict,
+        description="for an entry of `reimplements` of which the implementation copies only a part (a branch, a "
+                    "prefix): the copied statements, each by its first line as `ast.unparse` writes it (one statement "
+                    "of the body each, at any depth). Their digest is pinned too; a body that changed only outside "
+                    "them is compatible",
+    )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
         default_factory=list,
@@ -234,9 +242,9 @@ class Patch(PatchReading, Strict):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
-            self._check_inherited_from()
+            check_inherited_from(self)
         if self.adds:
-            self._check_adds()
+            check_adds(self)
         if self.params and (row.call_shape != "wrap" or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
         if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
@@ -255,41 +263,18 @@ class Patch(PatchReading, Strict):
             raise ValueError("give 'value' or 'value_from', not both")
         if len(set(self.params)) != len(self.params):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
+        stray = sorted(set(self.copied_part) - set(self.reimplements or ()))
+        if stray:
+            raise ValueError(f"'copied_part' names {', '.join(stray)}, not in 'reimplements': a part is of a body the "
+                             "implementation copies")
+        empty = sorted(k for k, v in self.copied_part.items() if not v or not all(a.strip() for a in v))
+        if empty:
+            raise ValueError(f"'copied_part' of {', '.join(empty)}: give one or more statements (their first lines)")
         if self.reimplements and len(set(self.reimplements)) != len(self.reimplements):
             raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
         return self
-
-    def _check_adds(self) -> None:
-        """`adds`: kind set of a class member, alone (an added name is neither each object's nor inherited)."""
-        if not declaration_of(self.kind).sets_value:
-            raise ValueError(f"'adds: true' is only for kind set (a name the plugin adds to a vLLM class), not "
-                             f"{self.kind.value!r}")
-        if self.instances or self.inherited_from is not None:
-            raise ValueError("'adds: true' names a member vLLM does not have: not with 'instances' or 'inherited_from'")
-        if "." not in self.target.partition(":")[2]:
-            raise ValueError(f"'adds: true' needs 'target' to name a member of a class (module:Class.name), not "
-                             f"{self.target!r}")
-
-    def _check_inherited_from(self) -> None:
-        """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
-        if not declaration_of(self.kind).sets_value:
-            raise ValueError(f"'inherited_from' is only for kind set (an inherited class attribute overridden on one "
-                             f"subclass), not {self.kind.value!r}")
-        if self.instances:
-            raise ValueError("give 'instances: true' (an attribute of each object) or 'inherited_from' (a class "
-                             "attribute overridden on one subclass), not both")
-        sub, base = self.target.partition(":")[2], self.inherited_from.partition(":")[2]
-        if "." not in sub:
-            raise ValueError(f"'inherited_from' needs 'target' to name a class attribute (module:Sub.attr), not "
-                             f"{self.target!r}")
-        if "." not in base or base.rpartition(".")[2] != sub.rpartition(".")[2]:
-            raise ValueError(f"'inherited_from' must name the same attribute on a base class "
-                             f"(module:Base.{sub.rpartition('.')[2]}), not {self.inherited_from!r}")
-        if self.inherited_from == self.target:
-            raise ValueError("'inherited_from' names the target itself: give the base class that defines the attribute")
-
 
 # -- manifests (pins.py) ---------------------------------------------------------------------------
 class Fingerprint(Strict):
@@ -309,6 +294,10 @@ class Fingerprint(Strict):
         default=None,
         description="digest of a non-callable attribute's value when it is a simple literal (int, float, str, "
                     "bytes, bool, None, and tuples, frozensets and dicts of those); absent: the value is not pinned",
+    )
+    part_digest: Optional[str] = Field(
+        default=None,
+        description="digest of the statements the patch's `copied_part` names in this body (normalised AST)",
     )
 
 

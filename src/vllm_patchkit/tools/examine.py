@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Optional, Union
 
+import msgspec
+
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.upstream.compat import judge_all
@@ -21,6 +23,7 @@ from vllm_patchkit.tools.releases import LiveRelease, Release, StaticView
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint
+from vllm_patchkit.upstream.copied_part import outside, part_digest
 from vllm_patchkit.upstream.sigdiff import compare, missing_breakages, new_home
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.moved_identity import confirm_moves
@@ -69,6 +72,9 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             got = release.lookup(got.inherited_from, with_digest)
         if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
             got = confirm_moves(release, pinned_on, spec, pin, got)
+        if spec in patch.copied_part and isinstance(got, Fingerprint):
+            got, gone = _with_part(release, patch, spec, got, pin)
+            out.extend(gone)
         found[spec] = got
         foreign = live(spec) if live is not None and (spec == patch.target or is_copy) else None
         if foreign is not None:  # another plugin's object: its signature says nothing about vLLM's
@@ -107,7 +113,33 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
-    return found, judge_all(patch, out)
+    return found, [_judged_part(patch, b, pins, found) for b in judge_all(patch, out)]
+
+
+def _with_part(release: Release, patch: Patch, spec: str, got: Fingerprint,
+               pin: Optional[Fingerprint]) -> tuple[Fingerprint, list[Breakage]]:
+    """`got` with the digest of the part `copied_part` names (`upstream/copied_part.py`); a part that cannot be
+    found is refused at pin (misdeclared) and, against a pin that had it, is a copied part gone (source_changed)."""
+    node = release.definition(spec)
+    digest = part_digest(node, patch.copied_part[spec]) if node is not None else ("the body cannot be read",)
+    if isinstance(digest, str):
+        return msgspec.structs.replace(got, part_digest=digest), []
+    why = f"{spec}: {digest[0]}"
+    if pin is None:
+        return got, [Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why)]
+    return got, [Breakage(BreakageKind.source_changed, patch.key, spec, old=pin.source_digest,
+                          new=got.source_digest, detail=why)]
+
+
+def _judged_part(patch: Patch, b: Breakage, pins: dict, found: dict) -> Breakage:
+    """A body that changed only outside the part the implementation copies is compatible (one rule with the
+    loader: `verify.verify_use`)."""
+    pin, got = pins.get(b.target), found.get(b.target)
+    if (b.kind is BreakageKind.source_changed and b.target in patch.copied_part and b.detail is None
+            and pin is not None and pin.part_digest is not None and isinstance(got, Fingerprint)
+            and got.part_digest == pin.part_digest):
+        return b._replace(breaking=False, compat=outside(patch.copied_part[b.target]))
+    return b
 
 
 def _may_hold_original(release: Release, patch: Patch, held: str) -> bool:
