@@ -379,7 +379,7 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
         fn, bound = live_target(patch.target)
         impl = None if patch.implementation is None else resolve(patch.implementation).get_raw()
         how = "passthrough" if impl is None else "implementation"
-        cases = None if impl is None or traits(patch).call_shape != "wrap" else scenarios(key, images, args.max_seqs)
+        cases = None if impl is None or not traits(patch).wraps_original else scenarios(key, images, args.max_seqs)
         if impl is None:
             a, kw = _passthrough_call(fn, bound)
             cases = [("passthrough", lambda o: None, a, kw, None)]
