@@ -37,7 +37,8 @@ from vllm_patchkit.tools.check import check
 from vllm_patchkit.tools.examine import target_specs
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import StaticView, cached_wheel
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set
+from patchkit_deepseek_v4 import MANIFESTS
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
         return corpus(Path(wheel), args.corpus, max(1, args.repeat))
 
     ps = load_patch_set(installed_sources())
-    manifests, paths = read_manifests(builtin_manifest_dir(), ps)
+    manifests, paths = read_manifests(MANIFESTS, ps)
     targets = sorted({s for p in ps.patches.values() for s in target_specs(p)})
 
     baseline = args.baseline or min(manifests, key=Version)

@@ -32,9 +32,21 @@ class KindDeclaration(NamedTuple):  # a NamedTuple: built at every start-up, ~10
         return self.call_shape != ""
 
     @property
+    def wraps_original(self) -> bool:
+        """Its implementation runs around the original, as impl(wrapped, instance, args, kwargs[, ctx]) (none: a
+        counted passthrough): it gets a PatchContext, reads declared `params`, may wrap a property's getter."""
+        return self.call_shape == "wrap"
+
+    @property
+    def stands_in(self) -> bool:
+        """Its implementation stands in the original's place, called with vLLM's arguments as they are: it must
+        take the target's signature, and vLLM's function is not called through it."""
+        return self.call_shape == "replace"
+
+    @property
     def pins_source(self) -> bool:
         """It re-implements the target's body: the target's source digest is pinned, not only its signature."""
-        return self.call_shape == "replace"
+        return self.stands_in
 
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (

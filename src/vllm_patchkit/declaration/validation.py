@@ -237,7 +237,7 @@ class Patch(PatchReading, Strict):
     def _kind_fields(self) -> "Patch":
         k, row = self.kind, declaration_of(self.kind)
         # fields with their own words first (what they are for, beyond which kind takes them)
-        if self.instances and (not (row.call_shape == "wrap" or row.sets_value) or self.target is None
+        if self.instances and (not (row.wraps_original or row.sets_value) or self.target is None
                                or "." not in self.target.partition(":")[2]):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
@@ -245,9 +245,9 @@ class Patch(PatchReading, Strict):
             check_inherited_from(self)
         if self.adds:
             check_adds(self)
-        if self.params and (row.call_shape != "wrap" or self.implementation is None):
+        if self.params and (not row.wraps_original or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
-        if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
+        if self.observer and (not row.wraps_original or self.when.needs_config() or self.when.vllm is not None):
             raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
                              "(it runs before anything about the model is known)")
         found = problems(k.value, {f: getattr(self, f) for f in type(self).model_fields})

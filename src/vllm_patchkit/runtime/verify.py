@@ -43,7 +43,7 @@ def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
     classmethod kept as they are) can take one without changing what vLLM sees."""
     if not traits(patch).installs_function or isinstance(raw, (staticmethod, classmethod)):
         return None
-    if isinstance(raw, property) and traits(patch).call_shape == "wrap" and raw.fget is not None:
+    if isinstance(raw, property) and traits(patch).wraps_original and raw.fget is not None:
         return None  # the getter is wrapped; the class keeps a property (apply.rewrap_descriptor)
     t = type(raw)
     tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"

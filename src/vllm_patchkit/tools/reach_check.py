@@ -47,12 +47,12 @@ def types_of(release) -> Optional[ReleaseTypes]:
 
 def instance_param(patch: Patch) -> Optional[int]:
     """Where the implementation gets the target's object: a wrap's 2nd parameter, a method replacement's 1st."""
-    shape = traits(patch).call_shape
+    row = traits(patch)
     if patch.implementation is None or patch.target is None or ":" not in patch.target:
         return None
-    if shape == "wrap":
+    if row.wraps_original:
         return 1
-    if shape == "replace" and "." in patch.target.partition(":")[2]:
+    if row.stands_in and "." in patch.target.partition(":")[2]:
         return 0
     return None
 

@@ -143,7 +143,7 @@ def _stand_in_for(patch: Patch, b: Breakage) -> Union[None, str, tuple[str, obje
         name = _override_name(patch, b)
         if name is None:
             return None
-    elif traits(patch).call_shape == "replace" and b.target == patch.target:
+    elif traits(patch).stands_in and b.target == patch.target:
         name = None
     else:
         return None
@@ -217,9 +217,9 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
                            "optional and shifts no positional argument, so its calls, which cannot pass it, bind "
                            "as before and get upstream's default")
         return True, "the implementation calls this upstream callable with arguments of its own"
-    if traits(patch).call_shape == "replace":
+    if traits(patch).stands_in:
         return True, "a replace stands in the target's place: it must take the new signature"
-    if traits(patch).call_shape != "wrap":
+    if not traits(patch).wraps_original:
         return True, f"a {patch.kind.value} patch steers the target's behaviour: a person re-reads the change"
     if patch.implementation is None:
         return False, "verbatim passthrough: args and kwargs reach upstream untouched"

@@ -33,8 +33,7 @@ class Place(Struct, frozen=True):
         return isinstance(self.owner, type)
 
     def get_raw(self) -> Any:
-        if self.owner_is_class:
-            return self.owner.__dict__.get(self.attr, MISSING)
+        """What the owner (a module or a class) holds itself under the name, never an inherited value."""
         return self.owner.__dict__.get(self.attr, MISSING)
 
     def set_raw(self, value: Any) -> None:
