@@ -1,5 +1,5 @@
-"""Report: one server run's records rendered as `vllm-patchkit status` prints them (table or JSON), with the
-exit code of the verdict (`verdict`). Usable from CI and as a readiness probe.
+"""Report: one server run's verdict (`verdict.judge`) rendered as `vllm-patchkit status` prints it (table or
+JSON), its exit code included. Usable from CI and as a readiness probe; nothing here judges a row.
 """
 
 from __future__ import annotations
