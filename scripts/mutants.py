@@ -463,19 +463,72 @@ def _defaults(fn) -> dict[int, ast.AST]:
     return {len(pos) - len(fn.args.defaults) + i: d for i, d in enumerate(fn.args.defaults)}
 
 
-def gen_add_required_param(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
-    for place, rel, src, fn in _defs(tree, _callables(touches)):
-        pos, defaults = _positional(fn), _defaults(fn)
-        required = [a for i, a in enumerate(pos) if i not in defaults]
-        at = src.span(required[-1])[1] if required else None
-        if at is None:
+def _trailing(src: Source, fn, param: str) -> tuple[int, int, str]:
+    """The edit adding `param` as the last parameter: keyword-only when the function has `*args`, keyword-only
+    parameters or `**kwargs` (or `param` has no default and would follow one), else the last positional one."""
+    args = fn.args
+    if args.kwonlyargs:
+        d = args.kw_defaults[-1]
+        at = src.span(d if d is not None else args.kwonlyargs[-1])[1]
+        return at, at, f", {param}"
+    if args.vararg:
+        at = src.span(args.vararg)[1]
+        return at, at, f", {param}"
+    if args.kwarg:
+        at = src.span(args.kwarg)[0] - 2  # before the `**`
+        return at, at, f"*, {param}, "
+    pos, defaults = _positional(fn), _defaults(fn)
+    at = src.span(defaults.get(len(pos) - 1, pos[-1]))[1]
+    return at, at, f", {param}" if "=" in param or not defaults else f", *, {param}"
+
+
+def _calls(tree: Tree, place: str) -> dict[str, tuple[Source, list[ast.Call], int]]:
+    """vLLM's calls of a target, by name, in the files that mention its class (a method) or its name (a function):
+    file -> (source, calls, how many leading parameters the call does not pass: 1 for `obj.method(...)`)."""
+    module, qual = split(place)
+    name, owner_name = qual[-1], qual[-2] if len(qual) > 1 else qual[-1]
+    word = re.compile(rf"\b{re.escape(owner_name)}\b")
+    out = {}
+    for rel, text in tree.all_texts().items():
+        if f"{name}(" not in text or not word.search(text):
             continue
+        src = tree.source(rel)
+        calls = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and
+                 (isinstance(n.func, ast.Attribute) and n.func.attr == name or
+                  len(qual) == 1 and isinstance(n.func, ast.Name) and n.func.id == name)]
+        if calls:
+            out[rel] = (src, calls, 1 if len(qual) > 1 else 0)
+    return out
+
+
+def _with_callers(tree: Tree, rel: str, src: Source, own: list, place: str, edit_call) -> dict[str, str]:
+    """The target's file with its own edits, and every file calling it with `edit_call(src, call, skipped)`'s."""
+    edits = {rel: (src, list(own))}
+    for r, (s, calls, skipped) in _calls(tree, place).items():
+        edits.setdefault(r, (s, []))[1].extend(e for c in calls for e in edit_call(s, c, skipped))
+    return {r: s.edited(e) for r, (s, e) in edits.items() if e}
+
+
+def _pass_keyword(src: Source, call: ast.Call, skipped: int) -> list:
+    a, b = src.span(call)
+    parts = [*call.args, *call.keywords]
+    if parts:
+        at = max(src.span(p)[1] for p in parts)
+        return [(at, at, f", {MARK}_required=None")]
+    return [(b - 1, b - 1, f"{MARK}_required=None")]
+
+
+def gen_add_required_param(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
+    """A required (keyword-only) parameter, and vLLM's callers passing it, as a release that adds one does."""
+    for place, rel, src, fn in _defs(tree, _callables(touches)):
+        files = _with_callers(tree, rel, src, [_trailing(src, fn, f"{MARK}_required")], place, _pass_keyword)
         yield Mutant("add-required-param", "breaking", place,
-                     f"{place}: a required parameter {MARK}_required after {required[-1].arg}",
-                     {rel: src.edited([(at, at, f", {MARK}_required")])})
+                     f"{place}: a required parameter {MARK}_required, vLLM's callers pass it ({len(files)} files)",
+                     files)
 
 
 def gen_reorder_params(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
+    """Two adjacent parameters swapped, and vLLM's positional callers swapping their arguments with them."""
     for place, rel, src, fn in _defs(tree, _callables(touches)):
         pos, defaults = _positional(fn), _defaults(fn)
         start = 1 if pos and pos[0].arg in ("self", "cls") else 0
@@ -483,9 +536,20 @@ def gen_reorder_params(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
             if (i in defaults) == (i + 1 in defaults):
                 a0, a1 = src.span(pos[i])[0], src.span(defaults[i] if i in defaults else pos[i])[1]
                 b0, b1 = src.span(pos[i + 1])[0], src.span(defaults[i + 1] if i + 1 in defaults else pos[i + 1])[1]
+
+                def swap(s: Source, call: ast.Call, skipped: int, i=i) -> list:
+                    j = i - skipped
+                    args = call.args
+                    if j < 0 or len(args) <= j + 1 or any(isinstance(x, ast.Starred) for x in args[:j + 2]):
+                        return []
+                    x, y = s.span(args[j]), s.span(args[j + 1])
+                    return [(*x, s.seg(*y)), (*y, s.seg(*x))]
+
+                own = [(a0, a1, src.seg(b0, b1)), (b0, b1, src.seg(a0, a1))]
+                files = _with_callers(tree, rel, src, own, place, swap)
                 yield Mutant("reorder-params", "breaking", place,
-                             f"{place}: parameters {pos[i].arg} and {pos[i + 1].arg} swapped",
-                             {rel: src.edited([(a0, a1, src.seg(b0, b1)), (b0, b1, src.seg(a0, a1))])})
+                             f"{place}: parameters {pos[i].arg} and {pos[i + 1].arg} swapped, vLLM's positional "
+                             f"callers with them ({len(files)} files)", files)
                 break
 
 
@@ -654,21 +718,9 @@ def gen_edit_copied_body(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
 
 def gen_optional_param(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
     for place, rel, src, fn in _defs(tree, _callables(touches)):
-        args, new = fn.args, f"{MARK}_optional=None"
-        if args.kwonlyargs:
-            last, d = args.kwonlyargs[-1], args.kw_defaults[-1]
-            at, text = src.span(d if d is not None else last)[1], f", {new}"
-        elif args.vararg:
-            at, text = src.span(args.vararg)[1], f", {new}"
-        elif args.kwarg:
-            at = src.span(args.kwarg)[0] - 2  # before the `**`
-            text = f"*, {new}, "
-        else:
-            pos, defaults = _positional(fn), _defaults(fn)
-            last = len(pos) - 1
-            at, text = src.span(defaults.get(last, pos[last]))[1], f", {new}"
+        new = f"{MARK}_optional=None"
         yield Mutant("optional-param", "harmless", place, f"{place}: a trailing optional parameter {new}",
-                     {rel: src.edited([(at, at, text)])})
+                     {rel: src.edited([_trailing(src, fn, new)])})
 
 
 def gen_reformat(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
@@ -756,12 +808,19 @@ def owner(m: Mutant) -> str:
     return f"{module}:{parts[0]}" if len(parts) > 1 or m.kind == "new-method" else module
 
 
-def generate(tree_root: Path, touches: Optional[list[Touch]] = None) -> list[Mutant]:
-    """The mutants, in a deterministic order (kind, then place): the first of each kind per owner."""
+def kind_of(g: Callable) -> str:
+    return g.__name__.removeprefix("gen_").replace("_", "-")
+
+
+def generate(tree_root: Path, touches: Optional[list[Touch]] = None, kinds: Optional[set[str]] = None) -> list[Mutant]:
+    """The mutants (of the given kinds; default all), in a deterministic order (kind, then place): the first of
+    each kind per owner."""
     touches = touches or shipped_set()
     tree = Tree(tree_root)
     seen, out = set(), []
     for g in GENERATORS:
+        if kinds is not None and kind_of(g) not in kinds:
+            continue
         for m in g(tree, touches):
             if (m.kind, owner(m)) not in seen:
                 seen.add((m.kind, owner(m)))
