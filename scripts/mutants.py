@@ -14,7 +14,7 @@ file keeps its bytes). Each mutant has an aim (breaking or harmless); the aim ne
 
 - the oracle: the project's own tests of every patch whose targets, copies or reach lie in a mutated module
   (`tests_of`), run with the mutant tree first on PYTHONPATH (`import vllm` is the mutant); breaking iff they fail;
-- check's verdict: `vllm-patchkit check --source TREE --vllm 0.31.0 --json` in a child; flagged iff it reports a
+- check's verdict: `vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child; flagged iff it reports a
   breaking finding on one of those patches.
 
 Goals (README, "Mutation acceptance"): >= 95 % of the breaking mutants flagged, <= 2 % of the harmless ones.
@@ -919,11 +919,11 @@ class Verdict:
 
 
 def check_verdict(tree: Path, patch_keys: set[str], timeout: int = CHECK_TIMEOUT) -> Verdict:
-    """`vllm-patchkit check --source TREE --vllm 0.31.0 --json` in a child: flagged iff a breaking finding
+    """`vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child: flagged iff a breaking finding
     names one of the affected patches."""
     t0 = time.monotonic()
     code = "import sys; from vllm_patchkit.tools.cli import main; sys.exit(main(sys.argv[1:]))"
-    p = subprocess.run([sys.executable, "-c", code, "check", "--source", str(tree), "--vllm", RELEASE, "--json"],
+    p = subprocess.run([sys.executable, "-c", code, "check", "--source", str(tree), "--vllm", RELEASE, "--format", "json"],
                        cwd=ROOT, env=child_env(None), capture_output=True, text=True, timeout=timeout)
     if p.returncode == 2 or not p.stdout.strip():
         return Verdict(True, p.returncode, [f"check could not run: {p.stderr.strip()[-300:]}"], [],

@@ -10,6 +10,7 @@ generation reads all of vLLM (renames, moves) are left to the full run.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,9 @@ KINDS = ("remove-attribute", "add-required-param", "tuple-arity", "optional-para
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("mutants", ROOT / "scripts" / "mutants.py")
+    spec = importlib.util.spec_from_file_location("patchkit_mutants", ROOT / "scripts" / "mutants.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
