@@ -14,8 +14,8 @@ file keeps its bytes). Each mutant has an aim (breaking or harmless); the aim ne
 
 - the oracle: the project's own tests of every patch whose targets, copies or reach lie in a mutated module
   (`tests_of`), run with the mutant tree first on PYTHONPATH (`import vllm` is the mutant); breaking iff they fail;
-- check's verdict: `vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child; flagged iff it reports a
-  breaking finding on one of those patches.
+- check's verdict: `vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child; flagged iff one
+  of those patches is broken or stale (exit 1: the tree says 0.31.0 and differs from that manifest's pins).
 
 Goals (README, "Mutation acceptance"): >= 95 % of the breaking mutants flagged, <= 2 % of the harmless ones.
 """
@@ -913,14 +913,16 @@ def oracle(tree: Path, tests: list[str], timeout: int = ORACLE_TIMEOUT) -> Oracl
 class Verdict:
     flagged: bool
     exit_code: int
-    lines: list[str]            # the breaking findings on the affected patches, as check prints them
-    other: list[str]            # what else check said (findings on other patches, stale, compatible)
+    lines: list[str]            # why the affected patches are flagged, as check prints it
+    other: list[str]            # what else check said (findings on other patches, compatible changes)
     seconds: float
+    statuses: dict = field(default_factory=dict)  # affected patch -> check's status
 
 
 def check_verdict(tree: Path, patch_keys: set[str], timeout: int = CHECK_TIMEOUT) -> Verdict:
-    """`vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child: flagged iff a breaking finding
-    names one of the affected patches."""
+    """`vllm-patchkit check --source TREE --vllm 0.31.0 --format json` in a child: flagged iff one of the affected
+    patches is broken (a breaking finding) or stale (pins of the release's own manifest that differ from it:
+    check exits 1 and the loader refuses such a pin at start-up)."""
     t0 = time.monotonic()
     code = "import sys; from vllm_patchkit.tools.cli import main; sys.exit(main(sys.argv[1:]))"
     p = subprocess.run([sys.executable, "-c", code, "check", "--source", str(tree), "--vllm", RELEASE, "--format", "json"],
@@ -929,14 +931,22 @@ def check_verdict(tree: Path, patch_keys: set[str], timeout: int = CHECK_TIMEOUT
         return Verdict(True, p.returncode, [f"check could not run: {p.stderr.strip()[-300:]}"], [],
                        time.monotonic() - t0)
     doc = json.loads(p.stdout)
+    statuses = {r["patch"]: r["status"] for r in doc["patches"] if r["patch"] in patch_keys}
+    stale = {k for k, st in statuses.items() if st == "stale"}
     mine, other = [], []
     for b in doc["breakages"]:
         line = f"[{b['kind']}] {b['explain']}"
         patches = set(b.get("patches") or [b.get("patch")])
-        (mine if b["breaking"] and patches & patch_keys else other).append(line if b["breaking"] else f"(compatible) {line}")
+        if b["breaking"] and patches & patch_keys:
+            mine.append(line)
+        elif patches & stale:
+            mine.append(f"(stale: {', '.join(sorted(patches & stale))}) {line}")
+        else:
+            other.append(line if b["breaking"] else f"(compatible) {line}")
     other += [f"{r['patch']}: {r['status']}" for r in doc["patches"] if r["status"] not in ("ok", "not_applicable")
               and r["patch"] not in patch_keys]
-    return Verdict(bool(mine), p.returncode, mine, other, time.monotonic() - t0)
+    flagged = any(st in ("broken", "stale") for st in statuses.values())
+    return Verdict(flagged, p.returncode, mine, other, time.monotonic() - t0, statuses)
 
 
 @dataclass
@@ -1072,6 +1082,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 0
         base = base_tree(work / "base")
         verify_base(base, touches)
+        mutants = sample(mutants, len(mutants), args.seed)  # kinds interleaved: a run cut short still covers each
         done = [0]
 
         finished: list[Outcome] = []
