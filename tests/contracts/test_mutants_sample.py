@@ -2,7 +2,9 @@
 run through the script's own functions, and check's verdict agrees with the oracle (the patches' own tests on the
 mutant tree) on each. The whole set runs with `python scripts/mutants.py` (its table is in README).
 
-The sample: six kinds, three aimed at breaking and three at nothing; of each kind, the mutant whose oracle is
+Flagged: an affected patch broken or stale (the tree says 0.31.0 and differs from that manifest's pins: check exits
+1, and the loader refuses such a pin, which is why a trailing optional parameter on a wrapped target fails the
+patch's own tests). The sample: six kinds, three aimed at breaking and three at nothing; of each kind, the mutant whose oracle is
 cheapest (fewest test files, then fewest test lines), so the sample stays within a few minutes. Kinds whose
 generation reads all of vLLM (renames, moves) are left to the full run.
 """
@@ -20,6 +22,9 @@ from vllm_patchkit.tools.releases import installed_version
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(installed_version() != "0.31.0", reason="the mutants are of vLLM 0.31.0's tree")
 KINDS = ("remove-attribute", "add-required-param", "tuple-arity", "optional-param", "reformat", "new-method")
+#: kinds check is known to miss, a ratchet: the test fails (strict xfail) the day check flags them
+KNOWN_MISSES = {"tuple-arity": "check pins no return shape: a wrap whose implementation unpacks the target's "
+                               "returned tuple breaks when it grows, and no pin changes"}
 
 
 def _script():
@@ -68,7 +73,8 @@ def test_the_unmutated_tree_passes_and_is_not_flagged(base, sampled, touches):
     assert not M.check_verdict(base, keys).flagged
 
 
-@pytest.mark.parametrize("i", range(len(KINDS)), ids=KINDS)
+@pytest.mark.parametrize("i", [pytest.param(i, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[k]))
+                               if k in KNOWN_MISSES else i for i, k in enumerate(KINDS)], ids=KINDS)
 def test_check_agrees_with_the_oracle(i, sampled, base, touches, tmp_path):
     m = sampled[i]
     o = M.run_one(base, tmp_path, m, touches, i)
