@@ -3,8 +3,8 @@ run through the script's own functions, and check's verdict agrees with the orac
 mutant tree) on each. The whole set runs with `python scripts/mutants.py` (its table is in README).
 
 Flagged: an affected patch broken or stale (the tree says 0.31.0 and differs from that manifest's pins: check exits
-1, and the loader refuses such a pin, which is why a trailing optional parameter on a wrapped target fails the
-patch's own tests). The sample: six kinds, three aimed at breaking and three at nothing; of each kind, the mutant whose oracle is
+1; a trailing optional parameter on `Scheduler._free_request` is flagged stale, and image-publish's tests fail on
+it too). The sample: six kinds, three aimed at breaking and three at nothing; of each kind, the mutant whose oracle is
 cheapest (fewest test files, then fewest test lines), so the sample stays within a few minutes. Kinds whose
 generation reads all of vLLM (renames, moves) are left to the full run.
 """
