@@ -18,7 +18,7 @@ from tests.framework.helpers import edit_in_tree
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
 from vllm_patchkit.reporting import run_folder, status, verdict
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.runtime import subclass, verify
+from vllm_patchkit.runtime import set_places, subclass, verify
 
 from .conftest import build_config
 
@@ -47,8 +47,8 @@ def compared(monkeypatch):
 
     monkeypatch.setattr(verify, "_compare", spy(verify._compare))
     monkeypatch.setattr(subclass, "_compare", spy(subclass._compare))
-    real_judged = verify._judged
-    monkeypatch.setattr(verify, "_judged", lambda patch, spec, pin, live: (
+    real_judged = set_places._judged
+    monkeypatch.setattr(set_places, "_judged", lambda patch, spec, pin, live: (
         seen.append((patch.key, spec, pin)), real_judged(patch, spec, pin, live))[1])
     return seen
 

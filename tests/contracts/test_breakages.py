@@ -239,6 +239,7 @@ def test_every_kind_has_a_case():
         K.foreign_replacement,  # tests/framework/test_foreign_replacement.py (check --live)
         K.unreviewed,  # test_unreviewed.py (drafts, placeholders, stubs)
         K.reach_missing,  # test_reach.py (a copy of vLLM 0.31.0 with one attribute renamed)
+        K.name_collision,  # tests/framework/test_added_names.py (set + adds, real EngineCore, the 0.32.0 wheel)
     }
     assert covered == set(K)
 

@@ -104,6 +104,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue
             out.extend(_convention(patch, got, impl_here))
+            if traits(patch).selects_class:
+                out.extend(_override_conventions(patch, found_so_far=found, release=release))
             if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
@@ -275,6 +277,33 @@ def _live_foreign_check(release: Release, patch: Patch):
         return None if f is None else Breakage(BreakageKind.foreign_replacement, patch.key, spec, new=f.found)
 
     return foreign
+
+
+def _override_conventions(patch: Patch, found_so_far: dict, release: Release) -> list[Breakage]:
+    """Each override (kind subclass) must accept every call vLLM makes to the base method, as the loader
+    judges it (`runtime/subclass._override_problem`, the same `convention.problems` and words): read statically.
+    `__init__` is judged against vLLM's constructions elsewhere; an override the implementation cannot be read for
+    is left to the loader's `override` refusal."""
+    from vllm_patchkit.upstream import convention, impl_static
+
+    out = []
+    for name in patch.overrides:
+        spec = f"{patch.target}.{name}"
+        pin = found_so_far.get(spec) or release.lookup(spec)
+        if name == "__init__" or not isinstance(pin, Fingerprint) or not pin.signature:
+            continue
+        try:
+            sig = impl_static.call_signature(impl_static.read(f"{patch.implementation}.{name}"))
+        except impl_static.ImplUnreadable:
+            continue
+        if sig is None:
+            continue
+        found = convention.problems(sig, pin.signature, shape="replace", name=f"{patch.implementation}.{name}",
+                                    target_kind=pin.kind)
+        if found:
+            out.append(Breakage(BreakageKind.convention_mismatch, patch.key, spec, new="convention",
+                                detail=f"override of {spec}: {convention.reason(found)}"))
+    return out
 
 
 def _convention(patch: Patch, target: Fingerprint, impl_here: bool = True) -> list[Breakage]:
