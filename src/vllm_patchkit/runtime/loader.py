@@ -3,7 +3,7 @@
 Stage "import" runs from the plugin entry point; stage "config" runs at the process's config-ready point (see
 vllm_patchkit/hooks/config_ready.py). Within a stage every decision is made before anything is installed, so a
 required patch that cannot apply stops start-up with nothing half-applied. The pipeline's pieces are their own
-modules: plan (here), decide.py (needed? available? verified?), the patch's kind (runtime/kinds: apply), the
+modules: plan.py (which version, in which order, at which stage), decide.py (needed? available? verified?), the patch's kind (runtime/kinds: apply), the
 record (ledger.py), waiting.py (targets imported later), stale_watch.py and standing.py (after apply), hosting.py
 (another role's code in this process). Each is an object the loader makes and calls, owning its own data; none
 calls another's methods: the loader hands each what it needs (the ledger, the applied patches, a callback).
@@ -11,7 +11,6 @@ calls another's methods: the loader hands each what it needs (the ledger, the ap
 
 from __future__ import annotations
 
-import graphlib
 import logging
 import os
 import threading
@@ -21,7 +20,7 @@ from typing import Any, Iterable, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
-from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, Refusal
+from vllm_patchkit.declaration.errors import Refusal
 from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held
 from vllm_patchkit.declaration.schema import Patch
@@ -29,13 +28,13 @@ from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.declaration.review import refuse_drafts
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.applied import Applied
-from vllm_patchkit.runtime.availability import Unavailable, planned_version, unavailable
+from vllm_patchkit.runtime.availability import Unavailable
 from vllm_patchkit.runtime.decide import Decider, Deferred, NeededButUnavailable
 from vllm_patchkit.runtime.hosting import Hosting
 from vllm_patchkit.runtime.ledger import Ledger
 from vllm_patchkit.runtime.kinds import kind_of
-from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.runtime.flush import write_record
+from vllm_patchkit.runtime.plan import check_contradictions, check_modules, plan_of
 from vllm_patchkit.runtime.raised import publish as publish_raised
 from vllm_patchkit.runtime.release import installed_vllm_version, judged_version  # noqa: F401 (its old home)
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
@@ -101,11 +100,12 @@ class Loader:
         self.process: ProcessRecord = process
         self.records: dict[str, PatchRecord] = self.ledger.records
         self._flushing = threading.RLock()  # the flusher thread, a note's flush: the newer snapshot is written last
-        self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
+        self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = plan_of(
+            patch_set, self.loaded, self.vllm_version, self.manifest_note, self.pins_of, self.records, self.unavailable)
         # vetted: what the start-up cache's writer already checked of these very sets (sets_cache.Vetted)
-        self._check_modules(vetted.modules if vetted else frozenset())
+        check_modules(self.plan, self.unavailable, patch_set, vetted.modules if vetted else frozenset())
         if vetted is None or not vetted.no_contradictions:
-            self._check_contradictions()
+            check_contradictions(patch_set, manifests)
         self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
         self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
         for patch, _, _ in self.plan:
@@ -146,78 +146,6 @@ class Loader:
             cache_sets(name, sources, dirs, ps, ms, loader.vllm_version)  # only a set the loader accepted
         cache.attach(loader.process)  # the record says what the caches did, now and later (fingerprints)
         return loader
-
-    # -- plan ---------------------------------------------------------------
-    def _plan(self) -> list[tuple[Patch, Optional[ManifestEntry], str]]:
-        """Choose the version of each patch the manifest lists; order by `requires`.
-
-        A patch the manifest does not offer stays pending, with the reason kept in
-        `self.unavailable`: whether that matters is decided at its stage, once it is
-        known whether this process and this model need it. An observing core hook
-        (`observer: true`) is taken unpinned instead, so that stage can run at all.
-        """
-        m = self.loaded.manifest if self.loaded else None
-        chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
-        listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
-        marked_na = {n.patch for n in (m.not_applicable if m else [])}
-        for pid in sorted({p.id for p in self.patch_set.patches.values()}):
-            versions = sorted(self.patch_set.by_id(pid), key=lambda p: p.version)
-            path = self.loaded.path if self.loaded else None
-            patch, entry, excluded = planned_version(versions, listed.get(pid), self.vllm_version, path)
-            chosen[pid] = (patch, entry)
-            rec = PatchRecord(patch=patch.key, patch_set=self.patch_set.set_of.get(patch.key), kind=patch.kind.value,
-                              required=patch.required, stage=patch.stage, target=patch.target,
-                              expected_calls=patch.expected_calls.value)
-            self.records[pid] = rec
-            if entry is None:
-                why = excluded or unavailable(pid, m, path, self.manifest_note, self.vllm_version, self.pins_of)
-                if patch.observer and pid not in marked_na:
-                    rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
-                else:
-                    self.unavailable[pid] = why
-        graph = {pid: set(self.patch_set.requires_of(p)) & chosen.keys() for pid, (p, _) in chosen.items()}
-        order = list(graphlib.TopologicalSorter(graph).static_order())
-        stage_of: dict[str, str] = {}
-        plan = []
-        for pid in order:
-            patch, entry = chosen[pid]
-            stage = patch.stage
-            if any(stage_of.get(d) == "config" for d in patch.requires):
-                stage = "config"  # a dependent cannot run before what it depends on
-            stage_of[pid] = stage
-            self.records[pid].stage = stage
-            plan.append((patch, entry, stage))
-        return plan
-
-    def _check_modules(self, known: frozenset = frozenset()) -> None:
-        """Every module a listed patch names must exist, before anything is applied (`known`: found by the
-        start-up cache's writer in this installation; a file deleted since fails at verify, as a patch failure)."""
-        errors = []
-        for patch, entry, _ in self.plan:
-            if entry is None and patch.id in self.unavailable:
-                continue
-            named = [("target", patch.target), ("implementation", patch.implementation), ("value_from", patch.value_from)]
-            named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
-            named += [(f"uses[{i}]", c) for i, c in enumerate(patch.uses)]
-            for fld, spec in named:
-                if spec is None:
-                    continue
-                module = spec.partition(":")[0]
-                if module not in known and not module_exists(module):
-                    errors.append(DeclarationError(self.patch_set.files[patch.key], fld,
-                                                   f"module {module!r} not found (expected an importable module in {spec!r})"))
-        if errors:
-            raise PatchSetErrors(errors)
-
-    def _check_contradictions(self) -> None:
-        """A manifest listing a required patch whose own `when.vllm` excludes its release would be skipped here
-        as not needed, silently: a declaration error naming the manifest entry and the patch file
-        (contradictions.py; `check` and `pin` refuse it in the same words)."""
-        from vllm_patchkit.declaration.contradictions import discovered_folders, find
-
-        if find(self.patch_set, self.manifests):  # the folders are looked up only to name the right file
-            raise PatchSetErrors([c.as_error() for c in find(self.patch_set, self.manifests,
-                                                              folders=discovered_folders())])
 
     # -- stages -------------------------------------------------------------
     def run_import_stage(self) -> None:
