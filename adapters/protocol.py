@@ -396,11 +396,9 @@ class ModelAdapter(ABC):
     # -- model match -------------------------------------------------------
     def matches(self, vllm_config: Any) -> bool:
         """Exact architecture and vLLM's registry resolving it to the plugin's class."""
-        from vllm_patchkit.declaration.preconditions import config_facts, unmet_at_config
-        from vllm_patchkit.declaration.schema import When
+        from vllm_patchkit import model_matches
 
-        when = When(architectures=list(self.architectures), served_by=self.served_by)
-        return unmet_at_config(when, config_facts(vllm_config)) is None
+        return model_matches(vllm_config, list(self.architectures), self.served_by)
 
     # -- layer names -------------------------------------------------------
     def image_layer_names(self, k: int) -> list[str]:

@@ -86,7 +86,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import interleaved, machine, median, noop_like, table, vllm_version  # noqa: E402
 
-from vllm_patchkit.patches.demo import default_workdir  # noqa: E402
+from patchkit_deepseek_v4.demo import default_workdir  # noqa: E402
 from vllm_patchkit.tools.serve.server import serve  # noqa: E402
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model  # noqa: E402
 
@@ -303,7 +303,7 @@ def scenarios(key: str, images: bool, max_seqs: int):
         from vllm.config import CUDAGraphMode
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-        from vllm_patchkit.patches.batch_dispatch_override import RUNNER_ATTR
+        from patchkit_deepseek_v4.batch_dispatch_override import RUNNER_ATTR
 
         def runner(prefill: bool):
             def setup(o):
@@ -326,7 +326,7 @@ def scenarios(key: str, images: bool, max_seqs: int):
     if pid.startswith("image-publish") and images:
         return None  # an adapter's image groups are live: the book's work is not modelled here
     if pid == "image-publish":
-        from vllm_patchkit.patches.image_publish import BOOK_ATTR
+        from patchkit_deepseek_v4.image_publish import BOOK_ATTR
 
         def setup(o):
             o.__dict__[BOOK_ATTR] = None  # the record says layout: null (no adapter's image groups)
@@ -337,7 +337,7 @@ def scenarios(key: str, images: bool, max_seqs: int):
         extra = (0.0,) if pid.endswith("preempt") else ()
         return [("no image book", setup, (_request(), *extra), {}, None)]
     if pid == "image-publish-split":
-        from vllm_patchkit.patches.image_publish import LAYOUT_ATTR
+        from patchkit_deepseek_v4.image_publish import LAYOUT_ATTR
 
         def setup(o):
             o.__dict__[LAYOUT_ATTR] = None
@@ -379,7 +379,7 @@ def patch_costs(rows: list[dict], args) -> dict[str, dict]:
         fn, bound = live_target(patch.target)
         impl = None if patch.implementation is None else resolve(patch.implementation).get_raw()
         how = "passthrough" if impl is None else "implementation"
-        cases = None if impl is None or traits(patch).call_shape != "wrap" else scenarios(key, images, args.max_seqs)
+        cases = None if impl is None or not traits(patch).wraps_original else scenarios(key, images, args.max_seqs)
         if impl is None:
             a, kw = _passthrough_call(fn, bound)
             cases = [("passthrough", lambda o: None, a, kw, None)]

@@ -3,6 +3,10 @@
     python benchmarks/static_check.py --wheel /path/to/vllm-0.33.0-*.whl [--repeat 5]
     python benchmarks/static_check.py --vllm 0.33.0        # the wheel from $VLLM_PATCHKIT_WHEEL_CACHE
     python benchmarks/static_check.py --vllm 0.33.0 --corpus atom   # a real plugin's set (tests/corpus/)
+    python benchmarks/static_check.py --plugin-reach PLUGIN_WHEEL_OR_DIR --vllm 0.31.0,0.32.0,0.33.0,0.34.0
+
+With `--plugin-reach PATH`: `vllm-patchkit reach` of a whole plugin (every module read from PATH, never
+imported) against each release's wheel, cold (a fresh reader of the wheel each run): CPU seconds per release.
 
 With `--corpus PLUGIN`: that corpus plugin's declarations (ROCm/ATOM's: 97 patches, 87 places; their
 implementation stand-ins import vLLM, and are read from their source, never imported) are pinned on 0.31.0
@@ -33,7 +37,8 @@ from vllm_patchkit.tools.check import check
 from vllm_patchkit.tools.examine import target_specs
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import StaticView, cached_wheel
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set
+from patchkit_deepseek_v4 import MANIFESTS
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 
@@ -51,7 +56,11 @@ def main(argv=None) -> int:
                     "pinned target is looked up, moved ones included)")
     ap.add_argument("--no-sweep", action="store_true", help="skip fingerprinting every def of the release")
     ap.add_argument("--corpus", metavar="PLUGIN", help="check this corpus plugin's set (tests/corpus/PLUGIN)")
+    ap.add_argument("--plugin-reach", metavar="PATH", help="time the whole-plugin reach of PATH on each --vllm release "
+                    "(comma-separated)")
     args = ap.parse_args(argv)
+    if args.plugin_reach:
+        return plugin_reach(args.plugin_reach, [v for v in (args.vllm or "").split(",") if v], max(1, args.repeat))
     wheel = args.wheel or (cached_wheel(args.vllm) if args.vllm else None)
     if wheel is None or not Path(wheel).is_file():
         ap.error("give --wheel PATH, or --vllm VERSION with the wheel in $VLLM_PATCHKIT_WHEEL_CACHE")
@@ -59,7 +68,7 @@ def main(argv=None) -> int:
         return corpus(Path(wheel), args.corpus, max(1, args.repeat))
 
     ps = load_patch_set(installed_sources())
-    manifests, paths = read_manifests(builtin_manifest_dir(), ps)
+    manifests, paths = read_manifests(MANIFESTS, ps)
     targets = sorted({s for p in ps.patches.values() for s in target_specs(p)})
 
     baseline = args.baseline or min(manifests, key=Version)
@@ -144,6 +153,37 @@ def corpus(wheel: Path, plugin: str, repeat: int) -> int:
     print(f"wheel          {wheel.name}; {figures[True][0][1]} findings")
     print(f"check (cold)   GC paused while parsing: median {off:.2f} s CPU; GC on: {on:.2f} s CPU "
           f"({on / off:.1f}x) over {repeat} runs each, interleaved; nothing of vLLM imported")
+    return 0
+
+
+def plugin_reach(path: str, versions: list[str], repeat: int) -> int:
+    """The whole-plugin reach, cold, per release: CPU seconds (median of `repeat` runs, each on a fresh reader)."""
+    from vllm_patchkit.tools.reach_plugin.plugin_modules import PluginModules
+    from vllm_patchkit.tools.reach_plugin.uses import read
+    from vllm_patchkit.tools.scan.sources import open_plugin
+
+    t0 = time.process_time()
+    plugin = PluginModules(open_plugin(path))
+    parsed = time.process_time() - t0
+    lines = sum(len(m.tree.body) and (m.tree.body[-1].end_lineno or 0) for m in plugin.modules.values())
+    print(f"plugin         {plugin.label}: {len(plugin.modules)} modules, {lines:,} lines, parsed in {_ms(parsed)} CPU")
+    for v in versions:
+        wheel = cached_wheel(v)
+        if wheel is None:
+            print(f"vLLM {v:<9} no wheel in the cache: skipped")
+            continue
+        runs, reach = [], None
+        for _ in range(repeat):
+            t0 = time.process_time()
+            rel = StaticRelease.open(wheel)
+            reach = read(plugin, rel)
+            runs.append(time.process_time() - t0)
+            rel.source.close()
+        c = reach.counts()
+        print(f"vLLM {v:<9} reach (cold) median {statistics.median(runs):.2f} s CPU over {repeat} runs; "
+              f"{sum(c.values())} uses: {c['ok']} ok, {c['guarded']} guarded, {c['broken']} broken, "
+              f"{c['not_followed']} not followed")
+    assert not any(m == "vllm" or m.startswith("vllm.") for m in sys.modules), "the reach imported vLLM"
     return 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from vllm_patchkit.runtime.context import PatchContext
+from vllm_patchkit import PatchContext
 
 log = logging.getLogger("vllm.patchkit")
 

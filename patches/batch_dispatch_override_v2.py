@@ -11,7 +11,7 @@ steps seen, steps overridden, and of those the ones vLLM would have replayed as 
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.batch_dispatch_override import RUNNER_ATTR, decide
+from patchkit_deepseek_v4.batch_dispatch_override import RUNNER_ATTR, decide
 
 
 def gather_batch_req_state(wrapped, instance, args, kwargs, ctx):

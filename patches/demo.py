@@ -1,4 +1,4 @@
-"""``python -m vllm_patchkit.patches.demo``: serve tiny models with the plugin auto-loaded, ask them, show what applied.
+"""``python -m patchkit_deepseek_v4.demo``: serve tiny models with the plugin auto-loaded, ask them, show what applied.
 
 Why: one command that shows a maintainer the whole loop on any machine, with no model download and no
 accelerator: vLLM really serving with the installed patches, then ``vllm-patchkit status`` reading what each
@@ -28,8 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from vllm_patchkit.tools.serve.server import ServerError, serve
-from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
+from vllm_patchkit import ServerError, build_tiny_model, serve
 
 PROMPTS = ("Hello, world!", "The quick brown fox", "Once upon a time", "What is the capital of France?")
 SERVES = ("llama", "v4", "stateful")
@@ -137,7 +136,7 @@ def _serve_stateful(workdir: Path, timeout: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_patchkit.patches.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m patchkit_deepseek_v4.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=default_workdir(),
                         help="where the tiny models, status folders and server logs go (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds to wait for each server")

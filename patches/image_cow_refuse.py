@@ -8,7 +8,7 @@ the worker would copy vLLM's view of them.
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import existing_book
+from patchkit_deepseek_v4.image_publish import existing_book
 
 
 def take_kv_cache_block_copies(wrapped, instance, args, kwargs, ctx):

@@ -9,7 +9,7 @@ configs.
 
 from __future__ import annotations
 
-from vllm_patchkit.adapters import REGISTRY
+from patchkit_deepseek_v4.adapters import REGISTRY
 
 
 def _holds_proxy(config) -> bool:

@@ -50,8 +50,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from vllm_patchkit.adapters import REGISTRY
-from vllm_patchkit.runtime.context import PatchContext
+from patchkit_deepseek_v4.adapters import REGISTRY
+from vllm_patchkit import PatchContext
 
 log = logging.getLogger("vllm.patchkit")
 

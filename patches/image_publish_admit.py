@@ -8,7 +8,7 @@ request has run, so there is no hit to place a demand rung at; the anchor is com
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import existing_book
+from patchkit_deepseek_v4.image_publish import existing_book
 
 
 def get_computed_blocks(wrapped, instance, args, kwargs, ctx):

@@ -8,7 +8,7 @@ record (``image-publish``).
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import existing_book
+from patchkit_deepseek_v4.image_publish import existing_book
 
 
 def free_request(wrapped, instance, args, kwargs, ctx):

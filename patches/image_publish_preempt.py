@@ -9,7 +9,7 @@ deferred one dropped, and the request's marks and last image forgotten (it start
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import existing_book
+from patchkit_deepseek_v4.image_publish import existing_book
 
 
 def preempt_request(wrapped, instance, args, kwargs, ctx):

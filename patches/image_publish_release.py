@@ -10,7 +10,7 @@ request holds at most 2 blocks per image group, with or without async scheduling
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import IMAGE_GROUP_ATTR
+from patchkit_deepseek_v4.image_publish import IMAGE_GROUP_ATTR
 
 
 def remove_skipped_blocks(wrapped, instance, args, kwargs, ctx):

@@ -9,8 +9,8 @@ groups, and vLLM's own caching of them is off); every other scheduler gets vLLM'
 
 from __future__ import annotations
 
-from vllm_patchkit.adapters import REGISTRY
-from vllm_patchkit.patches.image_publish import LAYOUT_ATTR, existing_book, image_layout
+from patchkit_deepseek_v4.adapters import REGISTRY
+from patchkit_deepseek_v4.image_publish import LAYOUT_ATTR, existing_book, image_layout
 
 
 def mamba_block_aligned_split(wrapped, instance, args, kwargs, ctx):

@@ -7,7 +7,7 @@ forwarded untouched.
 
 from __future__ import annotations
 
-from vllm_patchkit.patches.image_publish import IMAGE_GROUP_ATTR
+from patchkit_deepseek_v4.image_publish import IMAGE_GROUP_ATTR
 
 
 def cache_blocks(wrapped, instance, args, kwargs, ctx):

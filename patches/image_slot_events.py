@@ -13,7 +13,7 @@ runner's preempted ids are remembered on it and a new request among them is deli
 
 from __future__ import annotations
 
-from vllm_patchkit.adapters import SLOT_EVENTS
+from patchkit_deepseek_v4.adapters import SLOT_EVENTS
 
 
 PREEMPTED_ATTR = "_vllm_patchkit_preempted"  # on each V2 runner: the ids it freed as preempted, not yet back

@@ -44,9 +44,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from vllm_patchkit.adapters import REGISTRY, ModelAdapter, Placement, Sizing
-from vllm_patchkit.runtime.context import PatchContext
-from vllm_patchkit.declaration.errors import Refusal
+from patchkit_deepseek_v4.adapters import REGISTRY, ModelAdapter, Placement, Sizing
+from vllm_patchkit import PatchContext, Refusal
 
 log = logging.getLogger("vllm.patchkit")
 

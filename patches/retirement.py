@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Optional
 
-from vllm_patchkit.upstream.findings import ProbeAnswer
+from vllm_patchkit import ProbeAnswer
 
 RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 CONFIG = "vllm/config/vllm.py"

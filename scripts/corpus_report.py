@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.corpus.catalogue import RELEASES, all_catalogues  # noqa: E402
+from tests.corpus.catalogue import RELEASES, all_catalogues, load_split  # noqa: E402
 from vllm_patchkit.tools.examine import examine  # noqa: E402
 from vllm_patchkit.tools.releases import open_release  # noqa: E402
 from vllm_patchkit.upstream.missing import Missing  # noqa: E402
@@ -41,6 +41,7 @@ PINNED_ON = "0.31.0"
 class Row:
     plugin: str
     release: str
+    split: str = "tuning"  # tests/corpus/split.yaml: held_out plugins are measured, never tuned on
     places: int = 0
     declared: int = 0
     pinned: int = 0
@@ -58,8 +59,10 @@ class Row:
 def measure() -> list[Row]:
     base = open_release(PINNED_ON)
     releases = {r: open_release(r) for r in RELEASES}
+    split = load_split()
     rows = []
     for cat in all_catalogues():
+        side = split.of(cat.plugin)
         pins = {}
         for place in cat.places:
             if place.declaration is None:
@@ -69,7 +72,7 @@ def measure() -> list[Row]:
             pins[place.id] = (patch, {s: f for s, f in found.items() if not isinstance(f, Missing)},
                               all(not isinstance(f, Missing) for f in found.values()))
         for rel, release in releases.items():
-            row = Row(cat.folder, rel, places=len(cat.places))
+            row = Row(cat.folder, rel, side, places=len(cat.places))
             for place in cat.places:
                 truth = place.truth[rel]
                 row.breaks += truth.breaks
@@ -93,23 +96,32 @@ def measure() -> list[Row]:
     return rows
 
 
+SPLITS = ("tuning", "held_out")
+
+
+def _line(name: str, rel: str, rs: list[Row]) -> str:
+    return (f"{name:<22} {rel:<7} {sum(r.places for r in rs):>6} {sum(r.declared for r in rs):>8} "
+            f"{sum(r.pinned for r in rs):>6} {sum(r.breaks for r in rs):>6} {sum(r.found for r in rs):>5} "
+            f"{sum(len(r.missed) for r in rs):>6} {sum(len(r.false_alarms) for r in rs):>12}")
+
+
 def render(rows: list[Row], listing: bool) -> str:
+    """Per split: each plugin's rows, then the split's totals per release; then the whole corpus's."""
     head = f"{'plugin':<22} {'vLLM':<7} {'places':>6} {'declared':>8} {'pinned':>6} {'breaks':>6} {'found':>5} " \
            f"{'missed':>6} {'false alarms':>12}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r.plugin:<22} {r.release:<7} {r.places:>6} {r.declared:>8} {r.pinned:>6} {r.breaks:>6} "
-                     f"{r.found:>5} {len(r.missed):>6} {len(r.false_alarms):>12}")
-    for rel in RELEASES:
-        rs = [r for r in rows if r.release == rel]
-        lines.append(f"{'all':<22} {rel:<7} {sum(r.places for r in rs):>6} {sum(r.declared for r in rs):>8} "
-                     f"{sum(r.pinned for r in rs):>6} {sum(r.breaks for r in rs):>6} {sum(r.found for r in rs):>5} "
-                     f"{sum(len(r.missed) for r in rs):>6} {sum(len(r.false_alarms) for r in rs):>12}")
+    lines = []
+    for side in SPLITS:
+        mine = [r for r in rows if r.split == side]
+        lines += [f"split: {side} ({len({r.plugin for r in mine})} plugins)", head, "-" * len(head)]
+        lines += [_line(r.plugin, r.release, [r]) for r in mine]
+        lines += [_line(f"{side} total", rel, [r for r in mine if r.release == rel]) for rel in RELEASES]
+        lines.append("")
+    lines += [_line("all", rel, [r for r in rows if r.release == rel]) for rel in RELEASES]
     if listing:
         for r in rows:
             for what, items in (("MISSED", r.missed), ("FALSE ALARM", r.false_alarms)):
                 for pid, reason, said in items:
-                    lines.append(f"{what} {r.plugin}/{pid} on {r.release}: truth: {reason}")
+                    lines.append(f"{what} [{r.split}] {r.plugin}/{pid} on {r.release}: truth: {reason}")
                     lines.extend(f"    check: {s}" for s in said)
     return "\n".join(lines) + "\n"
 

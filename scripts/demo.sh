@@ -4,4 +4,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$ROOT/scripts/setup.sh" | tail -1)"
-exec "$VENV/bin/python" -m vllm_patchkit.patches.demo "$@"
+exec "$VENV/bin/python" -m patchkit_deepseek_v4.demo "$@"

@@ -17,10 +17,10 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-from vllm_patchkit.adapters import ByteImageCopier, Sizing
-from vllm_patchkit.adapters.deepseek_v4 import DeepseekV4Adapter, V4CheckpointSpec, V4Inputs, v4_checkpoint_spec
-from vllm_patchkit.adapters.deepseek_v4_rows import RowSpace
-from vllm_patchkit.adapters.deepseek_v4_state import split_over_planes, v4_state_fields
+from patchkit_deepseek_v4.adapters import ByteImageCopier, Sizing
+from patchkit_deepseek_v4.adapters.deepseek_v4 import DeepseekV4Adapter, V4CheckpointSpec, V4Inputs, v4_checkpoint_spec
+from patchkit_deepseek_v4.adapters.deepseek_v4_rows import RowSpace
+from patchkit_deepseek_v4.adapters.deepseek_v4_state import split_over_planes, v4_state_fields
 
 # The fields ATOM's layout reads, with the values of deepseek-ai/DeepSeek-V4-Flash's config.json:
 # 43 layers + 1 MTP layer (num_nextn_predict_layers); compress_ratios lists 44 entries: 2 SWA-only (0),

@@ -31,11 +31,11 @@ from types import SimpleNamespace as NS
 from tests.adapters.test_deepseek_v4 import FLASH, TINY, spec_of
 from pathlib import Path
 
-from vllm_patchkit.adapters import DeepseekV4Adapter, Placement, Sizing
+from patchkit_deepseek_v4.adapters import DeepseekV4Adapter, Placement, Sizing
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.declaration.declare import parse_patch
-from vllm_patchkit.patches import image_publish as ip
-from vllm_patchkit.patches import kv_config_hook as hook
+from patchkit_deepseek_v4 import image_publish as ip
+from patchkit_deepseek_v4 import kv_config_hook as hook
 
 CASES = int(__import__("os").environ.get("DIFF_CASES", 10_000))
 SEED = 22

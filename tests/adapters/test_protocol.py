@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_patchkit.adapters import (
+from patchkit_deepseek_v4.adapters import (
     DEMAND_ENV,
     INTERVAL_ENV,
     REGISTRY,

@@ -21,7 +21,7 @@ from tests.probes import REGISTER
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.reporting import status
 from vllm_patchkit.reporting import run_folder, verdict
-from vllm_patchkit.declaration.declare import builtin_manifest_dir
+from patchkit_deepseek_v4 import MANIFESTS
 from vllm_patchkit.declaration.errors import RequiredPatchUnavailable
 
 from .conftest import build_config
@@ -37,7 +37,7 @@ def installed() -> str:
 
 def manifest_without(tmp_path: Path, *pids: str, reason: str = "simulated: target changed") -> Path:
     """The installed release's shipped manifest with `pids` moved to not_applicable."""
-    src = builtin_manifest_dir() / f"vllm-{installed()}.yaml"
+    src = MANIFESTS / f"vllm-{installed()}.yaml"
     if not src.exists():
         pytest.skip(f"no shipped manifest for the installed vLLM {installed()}")
     doc = yaml.safe_load(src.read_text())
@@ -53,7 +53,7 @@ def manifest_without(tmp_path: Path, *pids: str, reason: str = "simulated: targe
 def only_older_manifest(tmp_path: Path) -> Path:
     out = tmp_path / "manifests-old"
     out.mkdir()
-    shutil.copy(builtin_manifest_dir() / f"vllm-{installed()}.yaml", out)
+    shutil.copy(MANIFESTS / f"vllm-{installed()}.yaml", out)
     return out
 
 

@@ -329,3 +329,40 @@ def test_the_constructions_are_found_in_the_wheels_too(version):
     sig = signature_of(ast.parse(textwrap.dedent(KEYWORD_INIT)).body[1].body[0].args)
     assert subclass.judge_constructor(subclass_patch(ASYNC, "x:SizedScheduler", ["__init__"]), sig, calls) == []
     assert isinstance(sig, inspect.Signature)
+
+
+# -- a `uses` entry the class only inherits (issue 31, untrue lines) ---------------------------------------------
+def test_a_used_method_the_class_inherits_is_pinned_where_the_mro_finds_it(v031):
+    """`AsyncScheduler.schedule` is inherited from Scheduler on 0.31.0 and on 0.33.0. Calling it through the class
+    is fine on both: before, `pin` said "now inherited from ...Scheduler.schedule, no longer defined on
+    AsyncScheduler" (breaking) on the very release it was read on, and a later check repeated it."""
+    use = f"{ASYNC}.schedule"
+    patch = validate(Patch, patch_doc("p", "vllm.v1.core.sched.scheduler:Scheduler.update_from_output", uses=[use]))
+    found, judged = examine(v031, patch, None)
+    assert judged == []
+    assert found[use] == v031.lookup("vllm.v1.core.sched.scheduler:Scheduler.schedule")
+    _, judged = examine(wheel("0.33.0"), patch, found, v031)
+    assert [b for b in judged if b.kind is K.target_inherited] == []
+
+
+def test_a_target_inherited_on_the_first_release_read_is_not_said_to_have_changed(v031):
+    """A wrap of a method the class only inherits is refused at pin, in words true of that release."""
+    patch = validate(Patch, patch_doc("p", f"{ASYNC}.schedule"))
+    _, judged = examine(v031, patch, None)
+    [b] = [b for b in judged if b.kind is K.target_inherited]
+    said = b.explain()
+    assert said.startswith(f"{ASYNC}.schedule: inherited from vllm.v1.core.sched.scheduler:Scheduler.schedule, "
+                           "not defined on AsyncScheduler: ") and "now" not in said and "no longer" not in said
+
+
+def test_the_loader_verifies_a_used_inherited_method_through_the_mro():
+    """The loader's reading of the same `uses` entry: the live Scheduler.schedule against its pin (no 'gone')."""
+    pytest.importorskip("vllm")
+    from vllm_patchkit.declaration.pins import ManifestEntry
+    from vllm_patchkit.runtime.verify import verify_use
+    from vllm_patchkit.tools.releases import LiveRelease
+
+    use = f"{ASYNC}.schedule"
+    patch = validate(Patch, patch_doc("p", "vllm.v1.core.sched.scheduler:Scheduler.update_from_output", uses=[use]))
+    pin = LiveRelease().lookup("vllm.v1.core.sched.scheduler:Scheduler.schedule")
+    assert verify_use(patch, ManifestEntry(patch=patch.key, targets={use: pin}), use) is None

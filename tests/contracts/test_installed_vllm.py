@@ -21,7 +21,8 @@ from vllm_patchkit.tools.cli import main
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import LiveRelease
 from vllm_patchkit.upstream.installed import installed_root, installed_version
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set, manifest_dirs, parse_manifest
+from patchkit_deepseek_v4 import MANIFESTS as V4_MANIFESTS
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs, parse_manifest
 from vllm_patchkit.tools.pin import pin_release
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.skipif(installed_root() is None, reason="vLLM is not in
 
 RELEASE = installed_version() or "none"
 MANIFESTS = [d / f"vllm-{RELEASE}.yaml" for d in manifest_dirs(installed_sources())]  # every set's, for this release
-MANIFEST = builtin_manifest_dir() / f"vllm-{RELEASE}.yaml"
+MANIFEST = V4_MANIFESTS / f"vllm-{RELEASE}.yaml"
 PINS = sorted({(spec, yaml.safe_dump(pin)) for m in MANIFESTS if m.is_file()
                for e in yaml.safe_load(m.read_text())["patches"] for spec, pin in e["targets"].items()})
 SPECS = sorted({spec for spec, _ in PINS})

@@ -40,7 +40,9 @@ class Declaration(_Strict):
     overrides: list[str] = Field(default_factory=list)
     config_field: Optional[str] = None
     reimplements: Optional[list[str]] = None  # [] : a replace that calls the original (copies nothing)
+    copied_part: dict[str, list[str]] = Field(default_factory=dict)  # the statements of a body it copies (a part)
     instances: bool = False
+    adds: bool = False  # kind set of a name the plugin adds to a vLLM class (pinned absent)
     value: Any = None
     value_from: Optional[str] = Field(default=None, pattern=TARGET)
     env_default: Optional[EnvDefault] = None
@@ -76,6 +78,17 @@ class Place(_Strict):
         return self
 
 
+class ReachVerdict(_Strict):
+    """The judgement of one BREAKING line of `vllm-patchkit reach` (pinned on 0.31.0, against `release`), read
+    against both releases' sources: is it a real break of the plugin? (scripts/corpus_reach.py counts them.)"""
+
+    where: str = Field(pattern=r"^[^:\s]+:\d+$")  # the line's file:line in the plugin
+    name: str = Field(pattern=r"^vllm(\.\w+)*:[\w.]+$")  # the vLLM name reached (the line's key)
+    release: Literal["0.32.0", "0.33.0", "0.34.0"]
+    breaks: bool
+    reason: str = Field(min_length=1)
+
+
 class Catalogue(_Strict):
     plugin: str = Field(min_length=1)
     version: str = Field(min_length=1)
@@ -84,6 +97,7 @@ class Catalogue(_Strict):
     vllm_declared: str = Field(min_length=1)
     summary: str = Field(min_length=1)
     places: list[Place] = Field(min_length=1)
+    reach: list[ReachVerdict] = Field(default_factory=list)  # optional: judged lines of the whole-plugin reach
     folder: str = Field(default="", exclude=True)
 
     @model_validator(mode="after")
@@ -92,6 +106,11 @@ class Catalogue(_Strict):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"place ids used twice: {dup}")
+        keys = [(r.where, r.name, r.release) for r in self.reach]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError("reach: judged twice (where, name, release): "
+                             + ", ".join(f"{w} {n} on {r}" for w, n, r in twice))
         return self
 
     def patch(self, place: Place) -> Patch:
@@ -172,7 +191,12 @@ def _describe(raw: dict, exc: ValidationError) -> str:
     for err in exc.errors():
         loc = list(err["loc"])
         where = ".".join(str(x) for x in loc)
-        if len(loc) >= 2 and loc[0] == "places" and isinstance(loc[1], int):
+        if len(loc) >= 2 and loc[0] == "reach" and isinstance(loc[1], int):
+            lines = raw.get("reach") or []
+            one = lines[loc[1]] if loc[1] < len(lines) and isinstance(lines[loc[1]], dict) else {}
+            where = f"reach[{loc[1]}] ({one.get('where', '?')} {one.get('name', '?')}): " + ".".join(
+                str(x) for x in loc[2:])
+        elif len(loc) >= 2 and loc[0] == "places" and isinstance(loc[1], int):
             places = raw.get("places") or []
             pid = places[loc[1]].get("id", f"#{loc[1]}") if loc[1] < len(places) and isinstance(
                 places[loc[1]], dict) else f"#{loc[1]}"
@@ -183,3 +207,38 @@ def _describe(raw: dict, exc: ValidationError) -> str:
 
 def all_catalogues() -> list[Catalogue]:
     return [load(p) for p in plugins()]
+
+
+class Split(_Strict):
+    """tests/corpus/split.yaml: which plugins rules may be tuned on, and the recorded draw of the held-out ones."""
+
+    seed: int
+    pool: list[str] = Field(min_length=1)
+    drawn: list[str] = Field(min_length=1)
+    tuning: list[str] = Field(min_length=1)
+    held_out: list[str] = Field(min_length=1)
+    moves: list[dict] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> "Split":
+        both = sorted(set(self.tuning) & set(self.held_out))
+        if both:
+            raise ValueError(f"in both splits: {both}")
+        if not set(self.drawn) <= set(self.pool):
+            raise ValueError(f"drawn but not in the pool: {sorted(set(self.drawn) - set(self.pool))}")
+        return self
+
+    def of(self, plugin: str) -> str:
+        if plugin in self.held_out:
+            return "held_out"
+        if plugin in self.tuning:
+            return "tuning"
+        raise ValueError(f"split.yaml: plugin {plugin!r} is in neither split (add it to `tuning`, or draw it)")
+
+
+def load_split(root: Path = HERE) -> Split:
+    raw = yaml.safe_load((Path(root) / "split.yaml").read_text())
+    try:
+        return Split.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(f"split.yaml: {_describe(raw, exc)}") from None

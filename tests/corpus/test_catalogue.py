@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from vllm_patchkit.tools.releases import installed_root
 from vllm_patchkit.declaration.schema import Patch
@@ -11,7 +12,7 @@ from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
 
-from tests.corpus.catalogue import RELEASES, all_catalogues, load, plugins
+from tests.corpus.catalogue import HERE, RELEASES, all_catalogues, load, plugins
 
 PLUGINS = plugins()
 
@@ -65,7 +66,8 @@ def test_targets_exist_at_0_31_0(plugin, release):
         specs = [place.target]
         if place.declaration is not None:
             p = cat.patch(place)
-            specs += [s for s in p.pinned_specs if s not in specs]
+            added = {p.target} if p.adds else set()  # a name the plugin adds: absent at 0.31.0 by declaration
+            specs += [s for s in p.pinned_specs if s not in specs and s not in added]
         for spec in specs:
             if not _exists(release, spec):
                 absent.append(f"{place.id}: {spec}")
@@ -89,3 +91,29 @@ def test_errors_name_the_file_and_the_place(tmp_path):
         load("broken", root=tmp_path)
     assert "broken/catalogue.yaml" in str(exc.value) and "'sampler-forward'" in str(exc.value)
     assert "typo_key" in str(exc.value)
+
+
+@pytest.mark.parametrize("bad, said", [
+    ({"where": "x.py:1", "name": "vllm.a:B", "release": "0.35.0", "breaks": True, "reason": "r"}, "release"),
+    ({"where": "x.py", "name": "vllm.a:B", "release": "0.33.0", "breaks": True, "reason": "r"}, "where"),
+    ({"where": "x.py:1", "name": "vllm.a:B", "release": "0.33.0", "breaks": "yes", "reason": "r"}, "breaks"),
+    ({"where": "x.py:1", "name": "vllm.a:B", "release": "0.33.0", "breaks": True}, "reason"),
+    ({"where": "x.py:1", "name": "vllm.a:B", "release": "0.33.0", "breaks": True, "reason": "r", "why": "?"}, "why"),
+])
+def test_a_bad_reach_judgement_is_named(tmp_path, bad, said):
+    raw = yaml.safe_load((HERE / "flash_head" / "catalogue.yaml").read_text())
+    raw["reach"] = [bad]
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "catalogue.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError) as exc:
+        load("broken", root=tmp_path)
+    assert str(exc.value).startswith("broken/catalogue.yaml: reach[0] (") and said in str(exc.value), exc.value
+
+
+def test_a_reach_line_judged_twice_is_refused(tmp_path):
+    raw = yaml.safe_load((HERE / "flash_head" / "catalogue.yaml").read_text())
+    raw["reach"] = [raw["reach"][0], dict(raw["reach"][0], breaks=False)]
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "catalogue.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="judged twice"):
+        load("broken", root=tmp_path)

@@ -44,12 +44,34 @@ def rows():
 # or one of these found, fails the test. serve-cli-injection: the plugin's CLI imports a vLLM helper from modules
 # gone since 0.33.0, a use of vLLM no patch kind declares.
 _CLI = ("agentinfer_zmj_test", "serve-cli-injection")
-KNOWN_MISSES = {"0.33.0": {_CLI}, "0.34.0": {_CLI}}
+# engine-apply-scheduler-incremental: an RPC method vllm-hi adds to EngineCore calls `.clear()` on
+# `Request._all_token_ids`, a TokenBuffer without it on 0.34.0 (a method the plugin adds: no kind declares it).
+_HI = ("vllm_hi", "engine-apply-scheduler-incremental")
+KNOWN_MISSES = {"0.33.0": {_CLI}, "0.34.0": {_CLI, _HI}}
+
+
+# The held-out split (tests/corpus/split.yaml) is measured, never tuned on: its misses and false alarms are listed
+# as measured, a ratchet both ways. A new one fails; one that disappears fails too, because a rule changed what
+# check says there and the plugin must then move to the tuning split (and a new one be drawn).
+# As measured on 2026-12-04, the day they were catalogued (scripts/corpus_report.py --list says why each is one).
+# amass-kv: its entry point imports a helper 0.33.0 removed from vllm.utils.torch_utils, so nothing of it loads;
+# six of the seven places are backend subclasses reached through a returned dotted path (no kind declares them).
+_AMASS = {("amass_kv", p) for p in ("attn-backend-selection", "backend-subclass", "impl-forward", "builder-init",
+                                   "builder-build", "builder-capture", "builder-cudagraph-support")}
+HELD_OUT_MISSES: dict[str, set] = {
+    "0.33.0": _AMASS,
+    "0.34.0": _AMASS | {("thaw_vllm", "prefix-cache-block-hash"),
+                        ("vllm_plugin_meralion2", "no-repeat-ngram-logitsproc")},
+}
+# vllm-service-ple's copy of the PLE table's `_lookup`: upstream changed paths the copied FP8 branch never takes
+_PLE = {("vllm_service_ple", "pinned-lookup")}
+HELD_OUT_FALSE_ALARMS: dict[str, set] = {"0.32.0": _PLE, "0.33.0": _PLE, "0.34.0": _PLE}
 
 
 @pytest.mark.parametrize("release", ["0.32.0", "0.33.0", "0.34.0"])
 def test_no_missed_break_and_few_false_alarms(rows, release):
-    mine = [r for r in rows if r.release == release]
+    """The tuning split: 0 missed (but the known ones), at most 1 false alarm per 50 places."""
+    mine = [r for r in rows if r.release == release and r.split == "tuning"]
     places = sum(r.places for r in mine)
     missed = {(r.plugin, m[0]) for r in mine for m in r.missed}
     alarms = [(r.plugin, a) for r in mine for a in r.false_alarms]
@@ -60,10 +82,40 @@ def test_no_missed_break_and_few_false_alarms(rows, release):
     assert sum(r.found for r in mine) + len(known) == sum(r.breaks for r in mine)
 
 
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0", "0.34.0"])
+def test_held_out_verdicts_are_the_measured_ones(rows, release):
+    mine = [r for r in rows if r.release == release and r.split == "held_out"]
+    missed = {(r.plugin, m[0]) for r in mine for m in r.missed}
+    alarms = {(r.plugin, a[0]) for r in mine for a in r.false_alarms}
+    assert missed == HELD_OUT_MISSES.get(release, set()), f"held-out misses on {release}: {sorted(missed)}"
+    assert alarms == HELD_OUT_FALSE_ALARMS.get(release, set()), f"held-out false alarms on {release}: {sorted(alarms)}"
+
+
+def test_the_split_covers_the_corpus_and_its_draw_reproduces():
+    """Every catalogued plugin is in exactly one split, and the held-out draw is what the recorded seed gives."""
+    import random
+
+    from tests.corpus.catalogue import all_catalogues, load_split
+
+    split = load_split()
+    for cat in all_catalogues():
+        split.of(cat.plugin)  # raises for a plugin in neither
+    assert sorted(random.Random(split.seed).sample(sorted(split.pool), len(split.drawn))) == sorted(split.drawn)
+    moved_out = {m.get("plugin") for m in split.moves}
+    assert set(split.drawn) - moved_out <= set(split.held_out)
+    assert set(split.pool) - set(split.drawn) <= set(split.tuning)
+
+
+# Plugins none of whose places any kind can declare (registrations, subclasses reached by a registry): measured
+# as places and breaks only. vllm-canon: model / CustomOp / torch-op registrations and a MambaBase layer.
+NOTHING_DECLARABLE = {"vllm_canon"}
+
+
 def test_every_plugin_is_measured(rows):
     plugins = {r.plugin for r in rows}
-    assert len(plugins) >= 4, plugins
-    assert all(r.declared and r.pinned for r in rows), [(r.plugin, r.release) for r in rows if not r.pinned]
+    assert len(plugins) >= 12, plugins
+    assert {r.plugin for r in rows if not r.declared} == NOTHING_DECLARABLE
+    assert all(r.pinned for r in rows if r.declared), [(r.plugin, r.release) for r in rows if r.declared and not r.pinned]
 
 
 def test_copied_body_changed_is_source_changed_with_its_diff(tmp_path):

@@ -36,7 +36,7 @@ def test_the_complete_example_applies_and_counts_on_a_real_block_pool(tmp_path, 
     from vllm.v1.core.block_pool import BlockPool
 
     doc, source = example()
-    assert doc["implementation"] == "vllm_patchkit.patches.block_grab_probe:get_new_blocks"
+    assert doc["implementation"] == "patchkit_deepseek_v4.block_grab_probe:get_new_blocks"
     (tmp_path / "block_grab_probe_doc.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     doc["implementation"] = "block_grab_probe_doc:get_new_blocks"

@@ -67,7 +67,6 @@ def test_clean_sigterm_of_the_server_is_exit_0(tiny_model, tmp_path):
     assert code == verdict.OK, problems
     fe = next(p for p in run.processes if p["role"] == "frontend")
     assert fe["pid"] == front and fe["end"] == "clean" and fe["shutdown"]["signal"] == signal.SIGTERM
-    ended = verdict.ends(run)[0]
-    others = [ended[i] for i, p in enumerate(run.processes) if p["role"] != "frontend"]
-    assert others and all(e["state"] == "clean" or e.get("stopped_with_run") for e in others), others
+    others = [pv.end for pv in verdict.judge(run).processes if pv.record.role != "frontend"]
+    assert others and all(e.state == "clean" or e.stopped_with_run for e in others), others
     assert cli_main(["status", "--dir", str(base)]) == 0

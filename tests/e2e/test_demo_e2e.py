@@ -1,4 +1,4 @@
-"""The README's first command, as a new user runs it: `python -m vllm_patchkit.patches.demo` (scripts/demo.sh after set-up).
+"""The README's first command, as a new user runs it: `python -m patchkit_deepseek_v4.demo` (scripts/demo.sh after set-up).
 
 Three real serves (the tiny Llama, the V4 stand-in with vLLM's CPU worker, the stateful V4 stand-in) and the
 summary a newcomer reads: the Llama's DeepSeek-V4 patches skipped for its architecture, the dispatch override
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.demo]
 
 
 def test_demo_serves_all_three_and_summarises_what_applied(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "vllm_patchkit.patches.demo", "--workdir", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "patchkit_deepseek_v4.demo", "--workdir", str(tmp_path)],
                           capture_output=True, text=True, timeout=900)
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-4000:]

@@ -80,6 +80,8 @@ def test_per_step_probe_reads_inert_by_counting_alone(tiny_model, tmp_path):
     assert probe["findings"] == []  # shadow detection really was off
     steps = _rec(wk, "core.steps.worker")
     assert steps["calls"] > 0 and wk["steps"] == steps["calls"]
-    assert verdict.is_inert(probe, wk["steps"], min_steps=8)
+    [row] = [r for pv in verdict.judge(run, min_steps=8).processes for r in pv.rows
+             if pv.record.pid == wk["pid"] and r.record.patch == probe["patch"]]
+    assert row.state == "inert" and row.label == "applied, INERT"
     code, problems = verdict.assess(run)
     assert code == 1 and any("test.to-list-probe@1 in worker" in p and "inert" in p for p in problems)

@@ -74,7 +74,7 @@ def _adapter_withheld(checkpoint, slots, physical):
     """The real DeepSeek-V4 adapter's withheld blocks for this checkpoint, `slots` slots, `physical` blocks."""
     from types import SimpleNamespace as NS
 
-    from vllm_patchkit.adapters import DeepseekV4Adapter
+    from patchkit_deepseek_v4.adapters import DeepseekV4Adapter
 
     hf = json.loads((checkpoint / "config.json").read_text())
     config = NS(model_config=NS(hf_config=hf), cache_config=NS(cache_dtype="auto"), speculative_config=None,

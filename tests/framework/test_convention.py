@@ -53,9 +53,9 @@ def codes(found):
 # -- the two historical bugs, on the real targets ---------------------------------------------------
 @ONLY_031
 def test_real_signatures_are_the_pinned_ones():
-    from vllm_patchkit.declaration.declare import builtin_manifest_dir
+    from patchkit_deepseek_v4 import MANIFESTS
 
-    pins = yaml.safe_load((builtin_manifest_dir() / "vllm-0.31.0.yaml").read_text())
+    pins = yaml.safe_load((MANIFESTS / "vllm-0.31.0.yaml").read_text())
     by_spec = {s: t for e in pins["patches"] for s, t in e["targets"].items()}
     assert real_signature(POST) == by_spec[POST]["signature"] == (
         "(self, idx_mapping, sampled_tokens, num_sampled, num_rejected, query_start_loc=None)")

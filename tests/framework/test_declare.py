@@ -118,9 +118,10 @@ def test_manifest_unknown_patch_and_missing_pin(tmp_path):
 
 
 def test_shipped_patch_set_and_manifests_load():
-    from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources
+    from patchkit_deepseek_v4 import MANIFESTS
+    from vllm_patchkit.declaration.declare import installed_sources
 
     ps = load_patch_set(installed_sources())
-    ms = load_manifests([builtin_manifest_dir()], ps)
+    ms = load_manifests([MANIFESTS], ps)
     assert "0.31.0" in ms
     assert "breakable-cudagraph-opt-out@1" in ps.patches

@@ -16,6 +16,9 @@ from vllm_patchkit.runtime.kinds import all_kinds
 
 from .helpers import make_loader, patch_doc
 
+#: a comparison of a kind row's `call_shape`: which kind it is, asked by another name
+CALL_SHAPE_COMPARISON = re.compile(r"\bcall_shape\)? *(==|!=|\bin\b|\bnot in\b)")
+
 ROOT = Path(__file__).resolve().parents[2]
 KINDS_DIR = ROOT / "src" / "vllm_patchkit" / "runtime" / "kinds"
 
@@ -74,8 +77,9 @@ def test_the_doc_shows_the_code_that_runs():
 def test_no_layer_branches_on_which_kind_a_patch_is():
     """Issue 23: the loader, verify, apply, `check`, `pin` and reporting ask a kind's traits (its row, or its
     runtime module), never its identity; only the kinds' own code (their rows and modules) and the schema that
-    defines the enum name a member. Fails on a `Kind.wrap`-style comparison or a tuple of kind names anywhere
-    else in the framework."""
+    defines the enum name a member. Fails on a `Kind.wrap`-style comparison, a tuple of kind names or a
+    comparison of the row's `call_shape` (a kind's identity by another name: issue 32; the row's traits
+    `wraps_original`, `stands_in`, `installs_function` say what is asked) anywhere else in the framework."""
     src = Path(__file__).resolve().parents[2] / "src" / "vllm_patchkit"
     names = "|".join(d.name for d in DECLARATIONS)
     member = re.compile(rf"\bKind\.({names})\b")
@@ -86,6 +90,20 @@ def test_no_layer_branches_on_which_kind_a_patch_is():
         if path in allowed or (src / "runtime" / "kinds") in path.parents or (src / "tools" / "scan") in path.parents:
             continue  # tools/scan classifies a third-party plugin's code into the kinds it would declare
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if member.search(line) or named.search(line):
+            if member.search(line) or named.search(line) or CALL_SHAPE_COMPARISON.search(line):
                 found.append(f"{path.relative_to(src)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_the_call_shape_traits_and_their_guard():
+    """The traits the layers ask instead of comparing `call_shape` (issue 32): one kind wraps the original, one
+    stands in for it, the others install no function; the guard above catches the six comparisons it replaced."""
+    rows = {d.name: d for d in DECLARATIONS}
+    assert [n for n, d in rows.items() if d.wraps_original] == ["wrap"]
+    assert [n for n, d in rows.items() if d.stands_in] == ["replace"] == [n for n, d in rows.items() if d.pins_source]
+    assert {n for n, d in rows.items() if d.installs_function} == {"wrap", "replace"}
+    for line in ('if traits(patch).call_shape == "wrap" and impl is not None:',
+                 'if self.params and (row.call_shape != "wrap" or self.implementation is None):',
+                 'elif traits(patch).call_shape in ("replace",):'):
+        assert CALL_SHAPE_COMPARISON.search(line), line
+    assert not CALL_SHAPE_COMPARISON.search("problems(sig, target_signature, shape=traits(patch).call_shape, name=name)")

@@ -12,9 +12,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "vllm_patchkit"
 #: The layers, lowest first: a module may import its own layer and the ones below it, never one above.
 LAYERS = ("declaration", "upstream", "runtime", "reporting", "hooks", "tools")
-#: A patch set's packages (this repository's set is installed inside the framework's namespace): the framework
-#: reaches them only through the `vllm_patchkit.patch_sets` entry point, never by an import.
-PATCH_SET_PACKAGES = ("vllm_patchkit.patches", "vllm_patchkit.adapters", "vllm_patchkit.manifests")
+#: This repository's patch set (its own top-level package, beside the framework): the framework reaches it only
+#: through the `vllm_patchkit.patch_sets` entry point, never by an import.
+PATCH_SET_PACKAGES = ("patchkit_deepseek_v4",)
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def arrows() -> list[Arrow]:
             else:
                 continue
             for target in found:
-                if target.startswith(PACKAGE) and target != name:
+                if target.startswith((PACKAGE, *PATCH_SET_PACKAGES)) and target != name:
                     out.append(Arrow(name, target, node.lineno, id(node) in local))
     return out
 
@@ -116,7 +116,7 @@ def upward(edges: list[Arrow]) -> list[Arrow]:
         src, dst = layer(a.source), layer(a.target)
         if src and dst and LAYERS.index(dst) > LAYERS.index(src):
             out.append(a)
-        elif src and dst is None and a.target != PACKAGE and not a.target.startswith(PATCH_SET_PACKAGES):
+        elif src and dst is None and not a.target.startswith(PATCH_SET_PACKAGES):
             out.append(a)  # a framework module outside every layer
     return out
 

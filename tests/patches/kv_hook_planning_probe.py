@@ -27,13 +27,13 @@ def main() -> None:
     from vllm.v1.core import kv_cache_planning as planning
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    from vllm_patchkit.adapters import REGISTRY
+    from patchkit_deepseek_v4.adapters import REGISTRY
     from tests.patches.toy_adapter import ToyAdapter
     from vllm_patchkit.runtime.context import PatchContext
     from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
     from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
     from vllm_patchkit.declaration.manifest import load_manifests
-    from vllm_patchkit.patches import kv_config_hook as hook
+    from patchkit_deepseek_v4 import kv_config_hook as hook
     from vllm_patchkit.upstream.findings import Finding
     from vllm_patchkit.runtime.verify import verify
 

@@ -253,7 +253,7 @@ def test_first_decode_after_the_prompt(v4_runner, loader):
 
 def test_runner_whose_model_is_not_the_plugins(configs, loader, monkeypatch):
     """A Llama runner in the same process: untouched, decided once, never counted as a step."""
-    import vllm_patchkit.patches.batch_dispatch_override as bdo
+    import patchkit_deepseek_v4.batch_dispatch_override as bdo
 
     calls = []
     real = bdo.plugin_model

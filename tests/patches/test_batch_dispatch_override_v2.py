@@ -171,7 +171,7 @@ def test_slot_events_v2_hear_finished_preempted_and_resumed(v2_config, v2_select
     """vLLM's real V2 `finish_requests` frees finished and preempted requests' state; the wrap hands the ids to
     the adapter layer's listeners, and a request that comes back (V2 re-sends it as a new one: no
     resumed_req_ids) is heard as resumed — once; a brand-new request is not."""
-    from vllm_patchkit.adapters import SLOT_EVENTS
+    from patchkit_deepseek_v4.adapters import SLOT_EVENTS
 
     heard = []
     stop = SLOT_EVENTS.listen(lambda f, p, r: heard.append((set(f), set(p), set(r))))

@@ -22,9 +22,9 @@ import pytest
 from tests.conftest import process_loader
 from tests.patches.test_kv_config_hook import BS, ToyAdapter, make_config, toy_specs
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.adapters import INTERVAL_ENV, REGISTRY
+from patchkit_deepseek_v4.adapters import INTERVAL_ENV, REGISTRY
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
-from vllm_patchkit.patches import image_publish as ip
+from patchkit_deepseek_v4 import image_publish as ip
 
 IDS = ["image-publish", "image-publish-suppress", "image-publish-finish", "image-publish-preempt",
        "image-publish-split", "image-publish-admit", "image-publish-release", "image-kv-zeroing-off",
@@ -424,7 +424,7 @@ def serve(engine, requests, limit=3000):
 
 def minimum_physical(v4_checkpoint, toy, max_model_len):
     """The physical block count the KV-config hook asks for (images on, async scheduling on)."""
-    from vllm_patchkit.patches import kv_config_hook as hook
+    from patchkit_deepseek_v4 import kv_config_hook as hook
 
     vc = make_config(v4_checkpoint, max_model_len, async_scheduling=True)
     plan = hook.plan_pool(toy, vc, [toy_specs(toy)], [10**4 * 4096], placement=toy.placement())
@@ -458,7 +458,7 @@ def test_one_block_below_the_minimum_is_refused_and_vllm_would_preempt(patched, 
     """One block less than the hook's minimum: start-up is refused with the numbers. Below the check (the
     block taken off after it), vLLM's AsyncScheduler cannot run the lone max-length request straight: at the
     step with a block-aligned chunk in flight it finds no block and preempts the request itself."""
-    from vllm_patchkit.patches import kv_config_hook as hook
+    from patchkit_deepseek_v4 import kv_config_hook as hook
 
     physical = minimum_physical(v4_checkpoint, toy, L_MAX)
     with pytest.raises(hook.PoolTooSmall) as info:

@@ -26,7 +26,7 @@ import pytest
 from tests.patches.process_groups import single_rank
 
 from tests.conftest import applied_in, process_loader
-from vllm_patchkit.adapters import SLOT_EVENTS
+from patchkit_deepseek_v4.adapters import SLOT_EVENTS
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 
@@ -208,7 +208,7 @@ def test_a_failing_listener_stops_the_step_naming_itself(loader, checkpoints):
 def test_the_registration_point_hears_a_listener_once_until_it_stops():
     """A plugin's allocator registers a bound method: registering it again (a new bound-method object) is the
     same listener; the returned function unregisters it."""
-    from vllm_patchkit.adapters import SlotEvents
+    from patchkit_deepseek_v4.adapters import SlotEvents
 
     class Allocator:
         def __init__(self):

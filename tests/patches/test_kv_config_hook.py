@@ -23,11 +23,11 @@ import torch
 import yaml
 
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.adapters import DEMAND_ENV, INTERVAL_ENV, REGISTRY, CheckpointSpec, DeepseekV4Adapter, ModelAdapter
+from patchkit_deepseek_v4.adapters import DEMAND_ENV, INTERVAL_ENV, REGISTRY, CheckpointSpec, DeepseekV4Adapter, ModelAdapter
 from vllm_patchkit.runtime.context import PatchContext
 from vllm_patchkit.declaration.declare import parse_patch
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
-from vllm_patchkit.patches import kv_config_hook as hook
+from patchkit_deepseek_v4 import kv_config_hook as hook
 
 from tests.patches.toy_adapter import BS, PAGE, PHYSICAL, ToyAdapter
 STANDIN = "patchkit_standin.model:StandinDeepseekV4ForCausalLM"

@@ -35,7 +35,8 @@ import torch
 import yaml
 
 from vllm_patchkit.runtime import state as runtime
-from vllm_patchkit.declaration.declare import builtin_manifest_dir, installed_sources, load_patch_set
+from patchkit_deepseek_v4 import MANIFESTS
+from vllm_patchkit.declaration.declare import installed_sources, load_patch_set
 from vllm_patchkit.tools.serve.tiny_model import build_tiny_model
 from vllm_patchkit.runtime.loader import Loader
 from vllm_patchkit.declaration.manifest import load_manifests
@@ -132,7 +133,7 @@ def test_changed_arity_is_caught_by_the_pin_not_by_a_crash(tmp_path):
     """A release whose _pool_bytes_per_block took two arguments (as one did): the loader refuses
     to install over it and records expected vs found, instead of the first KV sizing raising."""
     ps = load_patch_set(installed_sources())
-    doc = yaml.safe_load((builtin_manifest_dir() / "vllm-0.31.0.yaml").read_text())
+    doc = yaml.safe_load((MANIFESTS / "vllm-0.31.0.yaml").read_text())
     (entry,) = [e for e in doc["patches"] if e["patch"] == f"{POOL}@1"]
     entry["targets"][POOL_TARGET]["signature"] = "(kv_cache_groups, vllm_config)"
     doc["patches"] = [entry]
@@ -274,7 +275,7 @@ def test_a_renaming_wrapper_would_break_that_call(v2_runner, monkeypatch):
 
 def test_pins_are_the_upstream_signatures():
     """The manifest pins what vLLM 0.31.0 really has (names, order, defaults)."""
-    doc = yaml.safe_load((Path(builtin_manifest_dir()) / "vllm-0.31.0.yaml").read_text())
+    doc = yaml.safe_load((Path(MANIFESTS) / "vllm-0.31.0.yaml").read_text())
     pins = {t: f for e in doc["patches"] for t, f in e["targets"].items()}
     assert pins[POOL_TARGET]["signature"] == "(kv_cache_groups)"
     assert pins[POST_TARGET]["signature"] == (

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import vllm
 
-from vllm_patchkit.patches import retirement as r
+from patchkit_deepseek_v4 import retirement as r
 from tests.contracts.helpers import cached_wheel_or_skip
 
 ROOT = Path(vllm.__file__).resolve().parent.parent

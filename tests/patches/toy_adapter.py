@@ -4,7 +4,7 @@ the seed's toy check (100 physical blocks, 11 withheld, 3 image groups → 20,99
 
 from __future__ import annotations
 
-from vllm_patchkit.adapters import CheckpointSpec, ModelAdapter
+from patchkit_deepseek_v4.adapters import CheckpointSpec, ModelAdapter
 
 PAGE = 4096
 BS = 256

@@ -42,7 +42,7 @@ def wrapped_method(cls, name, impl, ctx):
 def dispatch(out: dict, cfg, ps) -> None:
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-    from vllm_patchkit.patches import batch_dispatch_override_v2 as impl
+    from patchkit_deepseek_v4 import batch_dispatch_override_v2 as impl
     from vllm_patchkit.runtime.context import PatchContext
 
     def decide(row):
@@ -77,10 +77,10 @@ def planning_and_zeroing(out: dict, ps, model_dir: Path) -> None:
     from vllm.v1.core import kv_cache_planning as planning
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-    from vllm_patchkit.adapters import REGISTRY
+    from patchkit_deepseek_v4.adapters import REGISTRY
     from tests.patches.toy_adapter import ToyAdapter
-    from vllm_patchkit.patches import image_kv_zeroing_off as zoff
-    from vllm_patchkit.patches import kv_config_hook as hook
+    from patchkit_deepseek_v4 import image_kv_zeroing_off as zoff
+    from patchkit_deepseek_v4 import kv_config_hook as hook
     from vllm_patchkit.runtime.context import PatchContext
 
     toy = REGISTRY.register(ToyAdapter())

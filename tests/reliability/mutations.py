@@ -260,6 +260,7 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "reads_env", "item"): BAD_ENV,
     ("Patch", "reimplements", "item"): BAD_SPEC,
     ("Patch", "inherited_from", ""): BAD_SPEC,
+    ("Patch", "copied_part", "key"): BAD_SPEC,
     ("Patch", "params", "item"): BAD_PARAM,
     ("Patch", "overrides", "item"): BAD_PARAM,
     ("Patch", "config_field", ""): BAD_CONFIG_FIELD,

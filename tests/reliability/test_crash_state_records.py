@@ -59,9 +59,9 @@ def test_processes_killed_after_a_clean_stop_began_are_fine(tmp_path):
     _write(tmp_path, "engine_core", pid, ticks, ppid=fe_pid)
     run = run_folder.load_run(tmp_path, RUN)
     assert verdict.assess(run) == (verdict.OK, [])
-    ended = verdict.ends(run)[0]
-    assert ended[0]["state"] == "clean" and "after signal 15 (SIGTERM)" in ended[0]["why"]
-    assert ended[1]["stopped_with_run"] and "alive when the clean stop by signal 15 (SIGTERM) began" in ended[1]["why"]
+    ended = [pv.end for pv in verdict.judge(run).processes]
+    assert ended[0].state == "clean" and "after signal 15 (SIGTERM)" in ended[0].why
+    assert ended[1].stopped_with_run and "alive when the clean stop by signal 15 (SIGTERM) began" in ended[1].why
 
 
 def test_a_process_gone_before_the_clean_stop_is_still_a_crash(tmp_path):

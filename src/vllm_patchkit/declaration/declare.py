@@ -7,7 +7,6 @@ leave a half-applied state.
 from __future__ import annotations
 
 import graphlib
-from importlib import resources
 from pathlib import Path
 from typing import Iterable
 
@@ -126,6 +125,3 @@ def manifest_dirs(sources: Iterable) -> list[Path]:
     """The manifests folders of the given sources, the framework's first (it is the main one)."""
     return [s.manifests for s in sources if getattr(s, "manifests", None) is not None]
 
-
-def builtin_manifest_dir() -> Path:
-    return Path(str(resources.files("vllm_patchkit.manifests")))

@@ -110,6 +110,8 @@ _FIX = {
     "reach": "vLLM {v} no longer defines a name the implementation reads, calls or imports (found above): "
              "`vllm-patchkit check --vllm {v}` names the implementation's line; adapt the implementation in a new "
              "patch version and pin it",
+    "collision": "vLLM {v} now defines the name the patch adds (found above): rename the added name in a new patch "
+                 "version (and every caller of it in the plugin), or drop it if vLLM's own now does the job; pin it",
     "kind": "the target is not a function here: declare the kind that fits it (a new patch version) and pin it",
     "unpinned": "the manifest for vLLM {v} has no pin for it: `vllm-patchkit pin --vllm {v}`, review, commit",
     "fingerprint": "the vLLM installed here differs from the one its manifest pinned: `vllm-patchkit check --live` "

@@ -32,26 +32,38 @@ class KindDeclaration(NamedTuple):  # a NamedTuple: built at every start-up, ~10
         return self.call_shape != ""
 
     @property
+    def wraps_original(self) -> bool:
+        """Its implementation runs around the original, as impl(wrapped, instance, args, kwargs[, ctx]) (none: a
+        counted passthrough): it gets a PatchContext, reads declared `params`, may wrap a property's getter."""
+        return self.call_shape == "wrap"
+
+    @property
+    def stands_in(self) -> bool:
+        """Its implementation stands in the original's place, called with vLLM's arguments as they are: it must
+        take the target's signature, and vLLM's function is not called through it."""
+        return self.call_shape == "replace"
+
+    @property
     def pins_source(self) -> bool:
         """It re-implements the target's body: the target's source digest is pinned, not only its signature."""
-        return self.call_shape == "replace"
+        return self.stands_in
 
 
 DECLARATIONS: tuple[KindDeclaration, ...] = (
     KindDeclaration("wrap", "implementation(wrapped, instance, args, kwargs[, ctx]) around the target, or a counted "
                     "passthrough", needs=("target",),
-                    takes=("implementation", "copies", "params", "instances", "reimplements", "observer"),
+                    takes=("implementation", "copies", "params", "instances", "reimplements", "copied_part", "observer"),
                     call_shape="wrap"),
     KindDeclaration("replace", "the target is replaced by the implementation", needs=("target", "implementation"),
-                    takes=("copies", "reimplements"), call_shape="replace"),
+                    takes=("copies", "reimplements", "copied_part"), call_shape="replace"),
     KindDeclaration("set", "the target attribute is set to `value` (or what `value_from` names)", needs=("target",),
-                    takes=("value", "value_from", "instances", "inherited_from"), sets_value=True),
+                    takes=("value", "value_from", "instances", "inherited_from", "adds"), sets_value=True),
     KindDeclaration("env_default", "an env var gets a default when unset", needs=("env_default",)),
     KindDeclaration("refuse", "start-up stops with `message` when `when` holds", needs=("message",)),
     KindDeclaration("warn", "a warning with `message` when `when` holds; start-up goes on", needs=("message",)),
     KindDeclaration("subclass", "`implementation` (a subclass of the target class) is selected through "
                     "`config_field`", needs=("target", "implementation", "config_field", "overrides"),
-                    takes=("reimplements",), selects_class=True),
+                    takes=("reimplements", "copied_part"), selects_class=True),
 )
 _BY_NAME = {d.name: d for d in DECLARATIONS}
 
@@ -84,8 +96,8 @@ def traits(patch: object) -> KindDeclaration:
 
 
 def _given(value: object) -> bool:
-    """A field the YAML gave: not left at its empty default (None, False, an empty list)."""
-    return value is not None and value is not False and value != []
+    """A field the YAML gave: not left at its empty default (None, False, an empty list or mapping)."""
+    return value is not None and value is not False and value != [] and value != {}
 
 
 def problems(kind: str, given: dict) -> list[str]:

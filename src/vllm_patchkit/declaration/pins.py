@@ -20,13 +20,14 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
     source_digest: Optional[str] = None
     wrappers: list[str] = field(default_factory=list)
     value_digest: Optional[str] = None
+    part_digest: Optional[str] = None  # the statements `copied_part` names (upstream/copied_part.py)
 
 
 class ReachPin(Declared, frozen=True, kw_only=True):
     """A name of vLLM the implementation reaches once it runs (`upstream/reach.py`), as the release pinned defines
     it: names only, so the loader checks it without reading any source."""
 
-    kind: Literal["import", "attribute", "method"]
+    kind: Literal["import", "attribute", "method", "provide"]  # provide: a `set`'s class sets it (reach_provide)
     defined: Optional[str] = None  # how vLLM defined it when pinned: method, property, instance_attribute, ...
 
 

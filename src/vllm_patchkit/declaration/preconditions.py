@@ -256,3 +256,10 @@ def unmet_at_config(when: When, config: dict) -> Judgement:
         elif got not in when.cudagraph_mode:
             return Unmet("cudagraph_mode", when.cudagraph_mode, got)
     return unknown
+
+
+def model_matches(vllm_config: Any, architectures: list[str], served_by: Optional[str] = None) -> bool:
+    """Whether the model of `vllm_config` is one of `architectures` (exact names) served as `served_by`, by the
+    rule of a patch's `when`: for a set's code that judges a model without a patch context (an adapter)."""
+    when = When(architectures=list(architectures), served_by=served_by)
+    return unmet_at_config(when, config_facts(vllm_config)) is None

@@ -151,11 +151,13 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     copies: list[str] = field(default_factory=list)
     uses: list[str] = field(default_factory=list)
     reimplements: Optional[list[str]] = None
+    copied_part: dict[str, list[str]] = field(default_factory=dict)
     implementation: Optional[str] = None
     params: list[str] = field(default_factory=list)
     value: Any = None
     instances: bool = False
     inherited_from: Optional[str] = None
+    adds: bool = False
     value_from: Optional[str] = None
     config_field: Optional[str] = None
     overrides: list[str] = field(default_factory=list)

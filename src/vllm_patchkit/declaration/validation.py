@@ -14,6 +14,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vllm_patchkit.declaration import pins, schema
+from vllm_patchkit.declaration.set_members import check_adds, check_inherited_from
 from vllm_patchkit.declaration.kinds import declaration_of, problems
 from vllm_patchkit.declaration.schema import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
                                               PatchReading, Process, WhenReading)
@@ -133,6 +134,13 @@ class Patch(PatchReading, Strict):
                     "Unset: a replace copies its target, other kinds copy nothing; `[]`: a replace that calls the "
                     "original instead of copying it",
     )
+    copied_part: dict[Annotated[str, Field(pattern=TARGET)], list[str]] = Field(
+        default_factory=dict,
+        description="for an entry of `reimplements` of which the implementation copies only a part (a branch, a "
+                    "prefix): the copied statements, each by its first line as `ast.unparse` writes it (one statement "
+                    "of the body each, at any depth). Their digest is pinned too; a body that changed only outside "
+                    "them is compatible",
+    )
     implementation: Optional[Annotated[str, Field(pattern=TARGET)]] = None
     params: list[Annotated[str, Field(pattern=IDENTIFIER)]] = Field(
         default_factory=list,
@@ -152,6 +160,12 @@ class Patch(PatchReading, Strict):
         description="kind set of `module:Sub.attr` that Sub only inherits: `module:Base.attr`, the base's definition "
                     "the MRO finds. The patch sets the attribute on Sub alone (an override; unpatch deletes it, and Sub "
                     "inherits again); the base's attribute is pinned, and Sub is pinned as not defining it",
+    )
+    adds: bool = Field(
+        default=False,
+        description="kind set of `module:Class.name` that vLLM does not define (nor inherit): the plugin adds it (an "
+                    "RPC method on a worker class, a helper, a marker attribute). Pinned as absent; a release that "
+                    "starts defining the name is a collision (`check`: name_collision; the loader refuses it)",
     )
     value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
@@ -223,15 +237,17 @@ class Patch(PatchReading, Strict):
     def _kind_fields(self) -> "Patch":
         k, row = self.kind, declaration_of(self.kind)
         # fields with their own words first (what they are for, beyond which kind takes them)
-        if self.instances and (not (row.call_shape == "wrap" or row.sets_value) or self.target is None
+        if self.instances and (not (row.wraps_original or row.sets_value) or self.target is None
                                or "." not in self.target.partition(":")[2]):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
-            self._check_inherited_from()
-        if self.params and (row.call_shape != "wrap" or self.implementation is None):
+            check_inherited_from(self)
+        if self.adds:
+            check_adds(self)
+        if self.params and (not row.wraps_original or self.implementation is None):
             raise ValueError("'params' is only for kind wrap with an implementation (the parameters it reads)")
-        if self.observer and (row.call_shape != "wrap" or self.when.needs_config() or self.when.vllm is not None):
+        if self.observer and (not row.wraps_original or self.when.needs_config() or self.when.vllm is not None):
             raise ValueError("'observer: true' is only for a wrap with no config-time or vllm preconditions "
                              "(it runs before anything about the model is known)")
         found = problems(k.value, {f: getattr(self, f) for f in type(self).model_fields})
@@ -247,30 +263,18 @@ class Patch(PatchReading, Strict):
             raise ValueError("give 'value' or 'value_from', not both")
         if len(set(self.params)) != len(self.params):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
+        stray = sorted(set(self.copied_part) - set(self.reimplements or ()))
+        if stray:
+            raise ValueError(f"'copied_part' names {', '.join(stray)}, not in 'reimplements': a part is of a body the "
+                             "implementation copies")
+        empty = sorted(k for k, v in self.copied_part.items() if not v or not all(a.strip() for a in v))
+        if empty:
+            raise ValueError(f"'copied_part' of {', '.join(empty)}: give one or more statements (their first lines)")
         if self.reimplements and len(set(self.reimplements)) != len(self.reimplements):
             raise ValueError(f"'reimplements' names a place twice: {self.reimplements}")
         if self.id in self.requires:
             raise ValueError("a patch cannot require itself")
         return self
-
-    def _check_inherited_from(self) -> None:
-        """`inherited_from`: kind set, no `instances`, the same attribute name on another class."""
-        if not declaration_of(self.kind).sets_value:
-            raise ValueError(f"'inherited_from' is only for kind set (an inherited class attribute overridden on one "
-                             f"subclass), not {self.kind.value!r}")
-        if self.instances:
-            raise ValueError("give 'instances: true' (an attribute of each object) or 'inherited_from' (a class "
-                             "attribute overridden on one subclass), not both")
-        sub, base = self.target.partition(":")[2], self.inherited_from.partition(":")[2]
-        if "." not in sub:
-            raise ValueError(f"'inherited_from' needs 'target' to name a class attribute (module:Sub.attr), not "
-                             f"{self.target!r}")
-        if "." not in base or base.rpartition(".")[2] != sub.rpartition(".")[2]:
-            raise ValueError(f"'inherited_from' must name the same attribute on a base class "
-                             f"(module:Base.{sub.rpartition('.')[2]}), not {self.inherited_from!r}")
-        if self.inherited_from == self.target:
-            raise ValueError("'inherited_from' names the target itself: give the base class that defines the attribute")
-
 
 # -- manifests (pins.py) ---------------------------------------------------------------------------
 class Fingerprint(Strict):
@@ -279,7 +283,7 @@ class Fingerprint(Strict):
     kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent",
                   "instance_attribute"] = Field(
         description="what is at the place; `absent`: the class does not define the attribute itself (a set with "
-                    "`inherited_from`); `instance_attribute`: no class attribute, but the class's methods (or its "
+                    "`inherited_from`; with `adds`, nor any base); `instance_attribute`: no class attribute, but the class's methods (or its "
                     "bases' in the release) assign `self.attr` (a set with `instances: true`)")
     signature: Optional[str] = None
     source_digest: Optional[str] = None
@@ -291,14 +295,19 @@ class Fingerprint(Strict):
         description="digest of a non-callable attribute's value when it is a simple literal (int, float, str, "
                     "bytes, bool, None, and tuples, frozensets and dicts of those); absent: the value is not pinned",
     )
+    part_digest: Optional[str] = Field(
+        default=None,
+        description="digest of the statements the patch's `copied_part` names in this body (normalised AST)",
+    )
 
 
 class ReachPin(Strict):
     """A name of vLLM the implementation reaches once it runs (read statically at pin: upstream/reach.py)."""
 
-    kind: Literal["import", "attribute", "method"] = Field(
+    kind: Literal["import", "attribute", "method", "provide"] = Field(
         description="`import`: a name the implementation's module imports from vLLM; `attribute` / `method`: read or "
-                    "called on a vLLM object whose class was inferred")
+                    "called on a vLLM object whose class was inferred; `provide`: an attribute vLLM's methods read on "
+                    "objects of the class a `set` replaces, which the class set in its place provides")
     defined: Optional[str] = Field(
         default=None, description="how the release pinned defines it (method, property, class_attribute, "
                                   "instance_attribute, field, module, name): informative; the loader accepts any")

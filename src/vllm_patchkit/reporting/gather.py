@@ -6,7 +6,9 @@ theirs, so /metrics and GET /patchkit/status would show a server without them. v
 worker wherever it runs: EngineCore's `collective_rpc`, which the API server calls through its engine
 client. Each worker (the framework's config-ready hook attaches the answer to the worker object, see
 `attach`) answers with its current process record and its host name. `merge` adds to the directory's view
-every answer that is not already in it (same host, same pid); the rest stays as the directory says.
+every answer that is not already in it (same host, same pid); the rest stays as the directory says. Merged
+processes are judged with the others by `verdict.judge` (an answer's `host` marks it live: its unwritten file
+is a warning there, not a problem); nothing here judges a row.
 
 What it cannot see: a worker that never reached its config-ready point (no answer to give), and answers of
 another run (ignored, with a warning in the view). A failed or slow gather leaves the view as the directory

@@ -4,7 +4,7 @@ A custom collector rather than Gauge objects kept up to date: every scrape reads
 the record files of the run (one per process: API server, EngineCore, workers),
 so /metrics shows all processes as their last flush left them, and nothing is
 held between scrapes. The figures are those of `vllm-patchkit status --json`
-(same reader, same inert/shadowed judgement); see docs/operations.md.
+(same reader, the same verdict: `verdict.judge`); see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -18,37 +18,26 @@ from typing import Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from vllm_patchkit.declaration.kinds import installs_function
 from vllm_patchkit.reporting.run_folder import Run, load_run
-from vllm_patchkit.reporting.verdict import assess, ends, is_inert, unwritten, warnings_of
+from vllm_patchkit.reporting.verdict import judge
+from vllm_patchkit.reporting.verdict_values import Verdict
 
 log = logging.getLogger("vllm.patchkit")
 
 PREFIX = "vllm_patchkit"
-_NOT_APPLICABLE = ("unavailable", "unpatched_allowed")  # needed here, but this release cannot apply it
 #: Patch rows (patches x processes) turned into series at most: records are bounded in size
 #: (status.max_record_bytes), and so is what one scrape can add to /metrics.
 MAX_PATCH_ROWS = 20000
 
 
-def state_of(rec: dict, steps: Optional[int], min_steps: int) -> Optional[str]:
-    """One word for a patch in one process; None when the patch is not for that process (as the table hides it)."""
-    state = rec.get("state")
-    if state == "skipped" and rec.get("code") == "process":
-        return None
-    if any(f.get("code") == "shadowed" for f in rec.get("findings") or []):
-        return "shadowed"
-    if is_inert(rec, steps, min_steps):
-        return "inert"
-    if state == "applied" and rec.get("raised"):
-        return "raised"  # applied, and its own code raised on a call (raised.py)
-    if state == "skipped" and rec.get("code") in _NOT_APPLICABLE:
-        return "not_applicable"
-    return str(state)
-
-
 def families(run: Optional[Run], min_steps: int = 8) -> list:
     """The metric families for one run (an empty run: only the exit code, 2, and the run info if known)."""
+    return families_of(judge(run, min_steps))
+
+
+def families_of(verdict: Verdict) -> list:
+    """The run's verdict as metric families: each shown row's state, counts summed by role, the exit code."""
+    run = verdict.run
     states = GaugeMetricFamily(
         f"{PREFIX}_patch_state",
         "Processes of a role in which a patch is in this state (1 per process; absent means 0).",
@@ -69,13 +58,13 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
         labels=["source", "name", "role"])
     info = InfoMetricFamily(f"{PREFIX}_run", "The server run the records belong to.",
                             labels=["run_id", "vllm_version", "manifest"])
-    code, problems = assess(run, min_steps)
     exit_code = GaugeMetricFamily(f"{PREFIX}_status_exit_code",
                                   "Exit code of `vllm-patchkit status` for this run: 0 ok, 1 problems, 2 no records.",
-                                  value=code)
-    n_problems = GaugeMetricFamily(f"{PREFIX}_problems", "Problems behind a non-zero exit code.", value=len(problems))
+                                  value=verdict.exit_code)
+    n_problems = GaugeMetricFamily(f"{PREFIX}_problems", "Problems behind a non-zero exit code.",
+                                   value=len(verdict.problems))
     n_warnings = GaugeMetricFamily(f"{PREFIX}_warnings", "Warnings of the run (they never change the exit code).",
-                                   value=len(warnings_of(run)))
+                                   value=len(verdict.warnings))
     refused = GaugeMetricFamily(f"{PREFIX}_refused_records",
                                 "Record files of the run not read (a symlink, a FIFO, too large, unknown "
                                 "schema_version...): `vllm-patchkit status` names each.",
@@ -84,11 +73,10 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
                                 "cannot be written there.", value=int(bool(run is not None and run.storage)))
     if run is None:
         return [exit_code, n_problems, n_warnings, refused, storage]
-    ended = ends(run)[0]
     stale = GaugeMetricFamily(f"{PREFIX}_unwritten_records", "Running processes whose record is stale or not "
                               "persisted (their newest state is not on disk).",
-                              value=sum(1 for i, p in enumerate(run.processes) if unwritten(p, ended.get(i, {}))))
-    rows = sum(len(p.get("patches") or []) for p in run.processes)
+                              value=sum(1 for pv in verdict.processes if pv.unwritten))
+    rows = sum(len(pv.rows) for pv in verdict.processes)
     truncated = GaugeMetricFamily(f"{PREFIX}_series_truncated",
                                   f"1 when the run has more than {MAX_PATCH_ROWS} patch rows and per-patch series "
                                   "were left out.", value=int(rows > MAX_PATCH_ROWS))
@@ -99,29 +87,27 @@ def families(run: Optional[Run], min_steps: int = 8) -> list:
     role_n: Counter = Counter()
     comp_n: Counter = Counter()
     infos = set()
-    run_steps = max((p.get("steps") or 0 for p in run.processes), default=0) or None
-    for proc in run.processes:
-        role = str(proc.get("role"))
+    for pv in verdict.processes:
+        proc = pv.record
+        role = str(proc.role)
         role_n[role] += 1
-        infos.add((run.run_id, str(proc.get("vllm_version") or ""), str(proc.get("manifest") or "")))
-        if proc.get("steps") is not None:
-            step_n[role] += proc["steps"]
-        steps = proc.get("steps") if proc.get("steps") is not None else run_steps
-        for source, names in (proc.get("counters") or {}).items():
+        infos.add((run.run_id, str(proc.vllm_version or ""), str(proc.manifest or "")))
+        if proc.steps is not None:
+            step_n[role] += proc.steps
+        for source, names in proc.counters.items():
             for name, n in names.items():
                 comp_n[(str(source), str(name), role)] += int(n)
-        for rec in (proc.get("patches", []) if rows <= MAX_PATCH_ROWS else []):
-            state = state_of(rec, steps, min_steps)
-            if state is None:
+        for row in (pv.rows if rows <= MAX_PATCH_ROWS else []):
+            if not row.shown:  # not for this process, as the table hides it
                 continue
-            pid, _, version = str(rec.get("patch")).partition("@")
-            state_n[(pid, version, rec.get("patch_set") or "", role, str(bool(rec.get("required"))).lower(),
-                     state)] += 1
-            if installs_function(rec.get("kind")) and rec.get("state") == "applied":
-                call_n[(pid, role)] += int(rec.get("calls") or 0)
-            for origin, n in (("implementation", rec.get("raised")), ("passed_through", rec.get("passed_through"))):
+            rec = row.record
+            patch_id, _, version = rec.patch.partition("@")
+            state_n[(patch_id, version, rec.patch_set or "", role, str(rec.required).lower(), row.state.value)] += 1
+            if row.counted:
+                call_n[(patch_id, role)] += rec.calls
+            for origin, n in (("implementation", rec.raised), ("passed_through", rec.passed_through)):
                 if n:
-                    exc_n[(pid, role, origin)] += int(n)
+                    exc_n[(patch_id, role, origin)] += n
     for labels, n in sorted(state_n.items()):
         states.add_metric(list(labels), n)
     for labels, n in sorted(call_n.items()):

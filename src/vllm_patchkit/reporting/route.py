@@ -32,8 +32,8 @@ from fastapi import Request  # at module level: FastAPI resolves the handler's a
 from fastapi.responses import JSONResponse, Response
 
 from vllm_patchkit.reporting.run_folder import load_run
-from vllm_patchkit.reporting.status import to_json
-from vllm_patchkit.reporting.verdict import assess
+from vllm_patchkit.reporting.status import json_of
+from vllm_patchkit.reporting.verdict import judge
 
 ROUTE = "/patchkit/status"
 GATHERED_HEADER = "X-Patchkit-Workers"
@@ -106,7 +106,8 @@ class Snapshot:
             before = len(run.processes) if run is not None else 0
             run = self.gatherer.apply(run)
             self.gathered = (len(run.processes) if run is not None else 0) - before
-        return bounded(to_json(run, self.min_steps)), assess(run, self.min_steps)[0]
+        verdict = judge(run, self.min_steps)  # one verdict: the body and the HTTP status say the same
+        return bounded(json_of(verdict)), verdict.exit_code
 
 
 def api_tokens(app: Any, auth_cls: type) -> Optional[list[str]]:

@@ -22,7 +22,7 @@ def install(patch: Patch, place: Place, copies: list[Place], impl: Any, count: b
     `ctx`: the PatchContext the loader made for this patch (a wrap with an implementation); a detached
     one when installed without a loader, so its counters are kept on it.
     """
-    if ctx is None and traits(patch).call_shape == "wrap" and impl is not None:
+    if ctx is None and traits(patch).wraps_original and impl is not None:
         ctx = PatchContext.detached(patch)
     if patch.instances:  # on each object vLLM builds: only such patches import that machinery
         from vllm_patchkit.runtime.instances import install_on_instances, install_value_on_instances

@@ -158,7 +158,7 @@ def build_callable(patch: Patch, original: Callable, impl: Optional[Callable], c
     `bound`: vLLM passes the instance (or class) first (a method, classmethod, property getter, or an
     `instances: true` method); `ctx`: the patch's PatchContext, given to an implementation taking 5 parameters.
     """
-    if traits(patch).call_shape == "replace":
+    if traits(patch).stands_in:
         # a private layer even uncounted: the mark must never land on the implementation object itself
         # what it raises is its own: nothing of vLLM's is called through it
         fn = (_counted_passthrough if count else _passthrough)(impl, counter, (), codes_of(impl))

@@ -23,12 +23,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     run = run_folder.load_run(base, args.run)
     if args.sets:
         run = run_folder.narrow(run, set(args.sets))
+    judged = verdict.judge(run, args.min_steps)
     if args.json:
-        print(status_mod.to_json(run, args.min_steps))
+        print(status_mod.json_of(judged))
     else:
-        print(status_mod.render(run, args.min_steps, show_skipped=args.all), end="")
-    code, _ = verdict.assess(run, args.min_steps)
-    return code
+        print(status_mod.table_of(judged, show_skipped=args.all), end="")
+    return judged.exit_code
 
 
 def add_status(sub) -> None:
@@ -89,6 +89,7 @@ def add_docs(sub) -> None:
 VERBS: list[Callable] = [add_status, add_schema, add_docs, add_check, add_pin]
 VERBS.append(__import__("vllm_patchkit.tools.doctor", fromlist=["add_doctor"]).add_doctor)
 VERBS.append(__import__("vllm_patchkit.tools.scan", fromlist=["add_scan"]).add_scan)
+VERBS.append(__import__("vllm_patchkit.tools.reach_plugin", fromlist=["add_reach"]).add_reach)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -92,7 +92,7 @@ def render_patches(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
             f"- **Why:** {' '.join(p.why.split())}",
             f"- **Upstream:** {p.upstream}",
             f"- **Retire when:** {retire}",
-            f"- **Kind:** `{p.kind.value}`" + (" (counted passthrough)" if traits(p).call_shape == "wrap" and not p.implementation else ""),
+            f"- **Kind:** `{p.kind.value}`" + (" (counted passthrough)" if traits(p).wraps_original and not p.implementation else ""),
             f"- **Target:** `{p.target}`" if p.target else "- **Target:** none",
         ]
         if p.copies:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Optional, Union
 
+import msgspec
+
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.upstream.compat import judge_all
@@ -21,6 +23,7 @@ from vllm_patchkit.tools.releases import LiveRelease, Release, StaticView
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Fingerprint
+from vllm_patchkit.upstream.copied_part import outside, part_digest
 from vllm_patchkit.upstream.sigdiff import compare, missing_breakages, new_home
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.moved_identity import confirm_moves
@@ -51,8 +54,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
-        if traits(patch).sets_value and (patch.instances or patch.inherited_from) and spec in (patch.target,
-                                                                                             patch.inherited_from):
+        if traits(patch).sets_value and (patch.instances or patch.inherited_from or patch.adds) and spec in (
+                patch.target, patch.inherited_from):
             found[spec], more = _set_place(release, patch, spec, pins.get(spec))  # the loader's reading, statically
             out.extend(more)
             continue
@@ -60,12 +63,18 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
         pin = pins.get(spec)
         with_digest = spec in by_source or (pin is not None and pin.source_digest is not None)
         got = release.lookup(spec, with_digest)
-        if (isinstance(got, Missing) and got.inherited_from and patch.instances and spec == patch.target):
-            # `instances: true` patches objects, whose lookup goes through the MRO: the base's method is what
-            # they call and what is compared (the loader reads it the same way: targets.resolve_through_mro)
+        through_mro = (patch.instances and spec == patch.target) or (spec in patch.uses and not is_copy
+                                                                      and spec != patch.target)
+        if isinstance(got, Missing) and got.inherited_from and through_mro:
+            # `instances: true` patches objects, and a `uses` entry is called through the class: both reach the
+            # base's method through the MRO, which is what is compared (the loader reads it the same way:
+            # targets.resolve_through_mro)
             got = release.lookup(got.inherited_from, with_digest)
         if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
             got = confirm_moves(release, pinned_on, spec, pin, got)
+        if spec in patch.copied_part and isinstance(got, Fingerprint):
+            got, gone = _with_part(release, patch, spec, got, pin)
+            out.extend(gone)
         found[spec] = got
         foreign = live(spec) if live is not None and (spec == patch.target or is_copy) else None
         if foreign is not None:  # another plugin's object: its signature says nothing about vLLM's
@@ -82,8 +91,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
                 there = release.lookup(home, with_digest)
                 if not isinstance(there, Missing):
                     out.extend(compare(patch.key, home, pin, there))
-        elif isinstance(got, Missing):
-            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy))
+        elif isinstance(got, Missing):  # nothing pinned: this release is the one read first
+            out.extend(missing_breakages(patch.key, spec, got, copy=is_copy, pinned=False))
         if isinstance(got, Missing):
             continue
         if spec == patch.target:
@@ -98,24 +107,63 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
-                           for held in release.holders(spec) if held not in patch.copies and held not in before)
+                           for held in release.holders(spec) if held not in patch.copies and held not in before
+                           and _may_hold_original(release, patch, held))
         elif is_copy and target_id is not None:
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
-    return found, judge_all(patch, out)
+    return found, [_judged_part(patch, b, pins, found) for b in judge_all(patch, out)]
+
+
+def _with_part(release: Release, patch: Patch, spec: str, got: Fingerprint,
+               pin: Optional[Fingerprint]) -> tuple[Fingerprint, list[Breakage]]:
+    """`got` with the digest of the part `copied_part` names (`upstream/copied_part.py`); a part that cannot be
+    found is refused at pin (misdeclared) and, against a pin that had it, is a copied part gone (source_changed)."""
+    node = release.definition(spec)
+    digest = part_digest(node, patch.copied_part[spec]) if node is not None else ("the body cannot be read",)
+    if isinstance(digest, str):
+        return msgspec.structs.replace(got, part_digest=digest), []
+    why = f"{spec}: {digest[0]}"
+    if pin is None:
+        return got, [Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why)]
+    return got, [Breakage(BreakageKind.source_changed, patch.key, spec, old=pin.source_digest,
+                          new=got.source_digest, detail=why)]
+
+
+def _judged_part(patch: Patch, b: Breakage, pins: dict, found: dict) -> Breakage:
+    """A body that changed only outside the part the implementation copies is compatible (one rule with the
+    loader: `verify.verify_use`)."""
+    pin, got = pins.get(b.target), found.get(b.target)
+    if (b.kind is BreakageKind.source_changed and b.target in patch.copied_part and b.detail is None
+            and pin is not None and pin.part_digest is not None and isinstance(got, Fingerprint)
+            and got.part_digest == pin.part_digest):
+        return b._replace(breaking=False, compat=outside(patch.copied_part[b.target]))
+    return b
+
+
+def _may_hold_original(release: Release, patch: Patch, held: str) -> bool:
+    """A module holding the target by value calls the original only if it bound it before the patch was
+    installed: an import-stage patch is installed when the target's module executes, so only a holder that may run
+    before the plugins load keeps the original (`upstream/import_order.py`); a config-stage patch is installed
+    later, and any holder may have bound the original by then."""
+    if patch.stage != "import":
+        return True
+    return release.runs_before_plugins(held.partition(":")[0])
 
 
 def _set_place(release: Release, patch: Patch, spec: str,
                pin: Optional[Fingerprint]) -> tuple[Union[Fingerprint, Missing], list[Breakage]]:
     """A `set` on the objects of a class (`instances`) or on one subclass over its base (`inherited_from`): what is
-    pinned at `spec` and what changed, by the loader's rules (`verify._set_place`, `misdeclared.py`).
+    pinned at `spec` and what changed, by the loader's rules (`set_places.set_place`, `misdeclared.py`).
 
     - `instances`: the target is an attribute the class's methods assign on each object (`instance_attribute`,
       with the value digest of the literal `__init__` assigns); gone when no method assigns it any more;
     - `inherited_from`: the target is pinned `absent` (the subclass does not define it) and the base's attribute
       as any class attribute (its value digest). The subclass defining it itself, or the MRO finding it at another
       base, is a misdeclaration the loader refuses with the same words, never "moved"."""
+    if patch.adds:
+        return _added_name(release, patch, spec, pin)
     if patch.instances:
         got = _instance_attribute(release, spec)
         if pin is not None:
@@ -138,6 +186,22 @@ def _set_place(release: Release, patch: Patch, spec: str,
         return got, [Breakage(BreakageKind.misdeclared, patch.key, spec,
                               detail=misdeclared.inherited_elsewhere(spec, patch.inherited_from, got.inherited_from))]
     return got, missing_breakages(patch.key, spec, got)
+
+
+def _added_name(release: Release, patch: Patch, spec: str,
+                pin: Optional[Fingerprint]) -> tuple[Union[Fingerprint, Missing], list[Breakage]]:
+    """`adds`: the class must exist and define the name neither itself nor through a base (pinned `absent`); a
+    release where it does is a collision, on the first release read as on a later one."""
+    owner = release.lookup(spec.rpartition(".")[0])
+    if isinstance(owner, Missing):
+        return owner, missing_breakages(patch.key, spec.rpartition(".")[0], owner, pinned=pin is not None)
+    got = release.lookup(spec)
+    if isinstance(got, Fingerprint) or (isinstance(got, Missing) and got.inherited_from):
+        where = spec if isinstance(got, Fingerprint) else got.inherited_from
+        return got, [Breakage(BreakageKind.name_collision, patch.key, spec, new=where,
+                              detail=release.version() or "?")]
+    absent = Fingerprint(kind="absent")
+    return absent, [] if pin is None else compare(patch.key, spec, pin, absent)
 
 
 def _instance_attribute(release: Release, spec: str) -> Union[Fingerprint, Missing]:

@@ -4,7 +4,9 @@
 (`reach_types.py`; the installed vLLM is read statically too, so both say the same of it and of a wheel or tree).
 `check` also asks the release about every name the manifest entry pinned that today's reading did not reach (the
 implementation changed since, or a type that was inferred then is not now): a name the release no longer defines is
-a `reach_missing` breakage either way, naming the implementation's line when the reading has one.
+a `reach_missing` breakage either way, naming the implementation's line when the reading has one. A class swapped
+in by a `set` owes vLLM's inherited methods the attributes they read on its objects (`reach_provide.py`, kind
+`provide`): pinned when it provides them, `reach_missing` naming vLLM's reader when it does not.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import ManifestEntry, ReachPin
 from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.tools import reach_provide
 from vllm_patchkit.tools.reach_types import ReleaseTypes
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream import reach
@@ -44,12 +47,12 @@ def types_of(release) -> Optional[ReleaseTypes]:
 
 def instance_param(patch: Patch) -> Optional[int]:
     """Where the implementation gets the target's object: a wrap's 2nd parameter, a method replacement's 1st."""
-    shape = traits(patch).call_shape
+    row = traits(patch)
     if patch.implementation is None or patch.target is None or ":" not in patch.target:
         return None
-    if shape == "wrap":
+    if row.wraps_original:
         return 1
-    if shape == "replace" and "." in patch.target.partition(":")[2]:
+    if row.stands_in and "." in patch.target.partition(":")[2]:
         return 0
     return None
 
@@ -64,6 +67,12 @@ def read(release, patch: Patch) -> list[reach.ReachItem]:
         return reach.read(patch.implementation, patch.target, pos, types)
     except ImplUnreadable:
         return []  # the implementation's own finding says so (examine: implementation_unimportable)
+
+
+def owed(release, patch: Patch) -> list[reach_provide.Owed]:
+    """What a class swapped in by this `set` must provide to vLLM's methods ([] for any other patch)."""
+    st = static_of(release)
+    return reach_provide.read(st, patch) if st is not None and reach_provide.applies(patch) else []
 
 
 def pins(items: list[reach.ReachItem]) -> dict[str, ReachPin]:
@@ -93,10 +102,14 @@ def breakages(release, patch: Patch, entry: Optional[ManifestEntry], root: Optio
             seen.add(i.key)
             out.append(Breakage(BreakageKind.reach_missing, patch.key, i.key, old=i.kind, new=version,
                                 detail=reach.where(i, root)))
+    for o in owed(release, patch):
+        if o.item.member is None:
+            out.append(Breakage(BreakageKind.reach_missing, patch.key, o.item.key, old="provide", new=version,
+                                detail=f"{o.where()}; {patch.value_from}"))
     types = types_of(release)
     reached = {i.key for i in items}
     for key, pin in sorted((entry.reach if entry is not None else {}).items()):
-        if key in reached or key in seen or types is None:
+        if key in reached or key in seen or types is None or pin.kind == "provide":
             continue
         module, _, qual = key.partition(":")
         if pin.kind == "import":
@@ -128,7 +141,7 @@ def with_reach(release, patch_set: PatchSet, entries: list[ManifestEntry]) -> tu
     for e in entries:
         patch = patch_set.patches[e.patch]
         root = root_of(patch_set, e.patch)
-        items = read(release, patch)
+        items = read(release, patch) + [o.item for o in owed(release, patch)]
         gone = [b.explain() for b in breakages(release, patch, None, root)]
         if gone:
             problems.append(f"{e.patch}: listed for vLLM {release.version()} but cannot be pinned: {'; '.join(gone)}")

@@ -18,6 +18,7 @@ from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
 from vllm_patchkit.tools.static_copies import holders
+from vllm_patchkit.upstream.import_order import order_of
 from vllm_patchkit.upstream.installed import installed_root, installed_version
 from vllm_patchkit.upstream.targets import TargetError, resolve, resolve_through_mro
 
@@ -39,6 +40,8 @@ class Release(Protocol):
     def definition(self, spec: str) -> Optional[Any]: ...
 
     def holders(self, spec: str) -> list[str]: ...
+
+    def runs_before_plugins(self, module: str) -> bool: ...
 
 
 class LiveRelease:
@@ -102,6 +105,10 @@ class LiveRelease:
         """The modules holding the function `spec` by value (read statically: `static_copies.py`)."""
         return holders(self.static(), spec)
 
+    def runs_before_plugins(self, module: str) -> bool:
+        """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
+        return order_of(self.static()).may_run_before_plugins(module)
+
 
 def _live_definer(spec: str) -> Optional[str]:
     """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
@@ -141,6 +148,10 @@ class StaticView:
     def holders(self, spec: str) -> list[str]:
         """The modules holding the function `spec` by value (`static_copies.py`)."""
         return holders(self.release, spec)
+
+    def runs_before_plugins(self, module: str) -> bool:
+        """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
+        return order_of(self.release).may_run_before_plugins(module)
 
 
 def installed_static() -> "StaticView":

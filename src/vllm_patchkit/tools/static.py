@@ -24,8 +24,12 @@ Traps, documented where they live (wrapt's habit):
 - **Decorator layers** (`Fingerprint.wrappers`) are a best guess, the decorator
   is not run: the rules are in `static_decorators.py`.
 - **Code that runs at import** is not run: a name set in a loop, by `setattr`,
-  by `globals()`, through a module `__getattr__`, or by a star import of a
-  module outside the release is not found. `if TYPE_CHECKING:` blocks are
+  by `globals()`, through a module `__getattr__` that does not read a table
+  of names (`static_lazy.py` reads those: `vllm.LLM` is `vllm.entrypoints.llm:LLM`),
+  or by a star import of a module outside the release is not found. A lazy
+  export is followed on the way to a member (`vllm:LLM.generate`, as Python's
+  `vllm.LLM` does) and when imported, but is no target itself (`vllm:LLM`:
+  nothing in `vllm` holds it to patch; the loader's `targets.resolve` agrees). `if TYPE_CHECKING:` blocks are
   skipped; for other `if`/`try` blocks the first branch wins over `else`/`except`
   (`static_tables.py`).
 - **Generated methods** (a dataclass's `__init__`) have no source: not found.
@@ -149,10 +153,35 @@ class StaticRelease(ReleaseModules):
                     r = self._lookup(star, name, seen)
                     if not isinstance(r, Missing):
                         return r
+            lazy = self.lazy(module).get(name)
+            if lazy is not None:  # served by the module's `__getattr__` from its table (static_lazy.py)
+                return self._lazy_export(module, name, lazy, seen)
             if self.module(f"{module}.{name}") is not None:
                 return ("module", f"{module}.{name}")
             return Missing(f"{module}:{name}", f"module {module!r} has no attribute {name!r}")
         return self._follow(module, name, b, mod.scope, mod.package, seen)
+
+    def _served_lazily(self, module: str, name: str) -> Optional[str]:
+        """`module:name` names a lazy export (no binding of its own): where it is defined, else None."""
+        mod = self.module(module)
+        if mod is None or name in mod.scope.names or name not in self.lazy(module):
+            return None
+        r = self._lookup(module, name)
+        if isinstance(r, Missing) or r[0] not in ("def", "value"):
+            return None
+        return f"{r[1]}:{r[2]}"
+
+    def _lazy_export(self, module: str, name: str, lazy: tuple[str, Optional[str]], seen: frozenset):
+        target, attr = lazy
+        if self.module(target) is None:
+            return Missing(f"{module}:{name}", f"{module!r} exports {name!r} lazily from {target!r}, which is not in "
+                                               "this release")
+        if attr is None:
+            return ("module", target)
+        r = self._lookup(target, attr, seen)
+        if isinstance(r, Missing):
+            return Missing(f"{module}:{name}", f"{module!r} exports {name!r} lazily from {target}:{attr}: {r.reason}")
+        return r
 
     def _follow(self, module: str, name: str, b: Binding, scope: Scope, package: str, seen: frozenset,
                 owner: str = ""):
@@ -250,6 +279,11 @@ class StaticRelease(ReleaseModules):
         owner_is_class = False
         for i, part in enumerate(parts):
             owner_is_class = r[0] == "def" and isinstance(r[3], ast.ClassDef)
+            if i == len(parts) - 1 and r[0] == "module":
+                served = self._served_lazily(r[1], part)
+                if served:  # nothing in the module holds it: patching it there would change nothing
+                    return Missing(spec, f"{r[1]!r} serves {part!r} lazily (its __getattr__) from {served}: no "
+                                         f"binding in {r[1]} to patch; name the definition", (served,))
             r = self._member(r, part)
             if isinstance(r, Missing):  # inherited: only the attribute the spec names (not a class on the way)
                 return Missing(spec, r.reason, r.moved_to,

@@ -9,6 +9,7 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+from vllm_patchkit.upstream.static_lazy import LazyExports, lazy_exports
 from vllm_patchkit.upstream.static_source import Source, declared_version, module_name
 from vllm_patchkit.upstream.static_tables import FUNCS, ModuleTable, Scope, class_scope, parse_module
 
@@ -35,6 +36,7 @@ class ReleaseModules:
         self.source = source
         self._modules: dict[str, Optional[ModuleTable]] = {}
         self._class_scopes: dict[int, Scope] = {}
+        self._lazy: dict[str, LazyExports] = {}
         self._version = version
 
     @property
@@ -58,6 +60,13 @@ class ReleaseModules:
             with gc_paused():
                 self._modules[name] = parse_module(name, path, raw) if raw is not None else None
         return self._modules[name]
+
+    def lazy(self, name: str) -> LazyExports:
+        """The names module `name` serves through its `__getattr__` from a table (`static_lazy.py`), read once."""
+        if name not in self._lazy:
+            mod = self.module(name)
+            self._lazy[name] = lazy_exports(mod.scope, mod.package) if mod is not None else {}
+        return self._lazy[name]
 
     def _class_scope(self, node: ast.ClassDef, package: str) -> Scope:
         scope = self._class_scopes.get(id(node))

@@ -72,6 +72,7 @@ _ALWAYS = {
     K.copy_gone: "a declared copy is gone: the declaration is out of date",
     K.copy_differs: "a declared copy no longer holds the target",
     K.copy_undeclared: "vLLM calls through a copy the patch does not reach: declare it in `copies`",
+    K.name_collision: "the name the patch adds is now vLLM's own: rename it (a new patch version)",
     K.misdeclared: "the loader refuses this declaration at start-up",
     K.unpinned: "no pin to judge against",
     K.probe_error: "the retirement probe failed",
@@ -142,7 +143,7 @@ def _stand_in_for(patch: Patch, b: Breakage) -> Union[None, str, tuple[str, obje
         name = _override_name(patch, b)
         if name is None:
             return None
-    elif traits(patch).call_shape == "replace" and b.target == patch.target:
+    elif traits(patch).stands_in and b.target == patch.target:
         name = None
     else:
         return None
@@ -216,9 +217,9 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
                            "optional and shifts no positional argument, so its calls, which cannot pass it, bind "
                            "as before and get upstream's default")
         return True, "the implementation calls this upstream callable with arguments of its own"
-    if traits(patch).call_shape == "replace":
+    if traits(patch).stands_in:
         return True, "a replace stands in the target's place: it must take the new signature"
-    if traits(patch).call_shape != "wrap":
+    if not traits(patch).wraps_original:
         return True, f"a {patch.kind.value} patch steers the target's behaviour: a person re-reads the change"
     if patch.implementation is None:
         return False, "verbatim passthrough: args and kwargs reach upstream untouched"

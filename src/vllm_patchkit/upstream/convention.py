@@ -36,28 +36,6 @@ _KINDS = {
     inspect.Parameter.VAR_KEYWORD: VARKW,
 }
 
-# problem codes, in the words of the rule each one breaks
-CODES = {
-    "shape": "a wrap implementation must take (wrapped, instance, args, kwargs[, ctx]) positionally",
-    "unknown_param": "a parameter declared in `params` is not a parameter of the target",
-    "dropped": "a target parameter is not accepted at all",
-    "renamed": "a target parameter is taken under another name (keyword callers break)",
-    "reordered": "a position holds another parameter than the target's (positional callers bind the wrong argument)",
-    "made_required": "a parameter the target defaults is required",
-    "not_by_keyword": "a target parameter is not accepted by keyword",
-    "not_positional": "a target parameter is not accepted positionally",
-    "keyword_only": "a positional target parameter is keyword-only in the implementation",
-    "kwonly_not_accepted": "a keyword-only target parameter is not accepted",
-    "no_varargs": "the target takes *args, the implementation does not",
-    "no_varkw": "the target takes **kwargs, the implementation does not",
-    "extra_required": "the implementation requires a parameter the target does not have",
-    "extra_positional": "an extra implementation parameter would catch the target's extra positional arguments",
-    "implementation": "the implementation cannot be loaded or is not callable",
-    "constructed": "a subclass __init__ rejects a construction vLLM makes (judged at vLLM's call sites)",
-    "implementation_missing": "the implementation's module is not on this Python's path (not installed here: `check` "
-                              "reports it as implementation_unimportable for a set installed where it runs)",
-}
-
 
 def _signatures():
     """The signature parser (`sigdiff.parse_signature`, `Param`), imported when a convention is first judged."""
@@ -307,46 +285,32 @@ def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> 
     return out
 
 
-def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None,
-                 static: bool = True) -> list[Finding]:
+def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None) -> list[Finding]:
     """The convention problems of a patch's implementation against its target's signature (for `check`, `pin`).
 
     Empty for a patch with no implementation (a verbatim passthrough), a kind other than wrap/replace,
-    or no signature to compare with. `static` (the default: `check` and `pin`): the implementation is read
-    from its source (`impl_static.py`), never imported — its module may import vLLM, or worse; a module
-    that is not on this Python's path is one `implementation_missing` problem, one that cannot be read or
-    parsed, a name it does not define, or a value that is not callable one `implementation` problem. A
-    name bound by code that runs at import (no readable signature) is not judged. `static=False`: imported
-    (what the loader does at start-up, inside vLLM).
+    or no signature to compare with. The implementation is read from its source (`impl_static.py`), never
+    imported — its module may import vLLM, or worse; a module that is not on this Python's path is one
+    `implementation_missing` problem, one that cannot be read or parsed, a name it does not define, or a value
+    that is not callable one `implementation` problem. A name bound by code that runs at import (no readable
+    signature) is not judged. (The loader judges the imported implementation with `problems` at start-up.)
     """
     if not traits(patch).installs_function or patch.implementation is None or not target_signature:
         return []
-    if static:
-        from vllm_patchkit.upstream import impl_static
-
-        try:
-            d = impl_static.read(patch.implementation)
-            sig = impl_static.call_signature(d)
-        except impl_static.ImplUnreadable as exc:
-            return [Finding("implementation_missing" if exc.missing else "implementation", str(exc))]
-        if d.callable is False or d.kind == "module":
-            return [Finding("implementation", f"implementation {patch.implementation} is not callable "
-                                                    f"({'a module' if d.kind == 'module' else 'a literal value'})")]
-        if sig is None:
-            return []
-        return problems(sig, target_signature, shape=traits(patch).call_shape, name=patch.implementation,
-                        target_kind=target_kind, params=patch.params, patch=patch.key)
-    from vllm_patchkit.upstream.targets import TargetError, load_object
+    from vllm_patchkit.upstream import impl_static
 
     try:
-        impl = load_object(patch.implementation)
-    except TargetError as exc:
-        return [Finding("implementation", f"implementation {patch.implementation}: {exc}")]
-    if not callable(impl):
+        d = impl_static.read(patch.implementation)
+        sig = impl_static.call_signature(d)
+    except impl_static.ImplUnreadable as exc:
+        return [Finding("implementation_missing" if exc.missing else "implementation", str(exc))]
+    if d.callable is False or d.kind == "module":
         return [Finding("implementation", f"implementation {patch.implementation} is not callable "
-                                          f"({type(impl).__name__})")]
-    return problems(impl, target_signature, shape=traits(patch).call_shape, name=patch.implementation, target_kind=target_kind,
-                    params=patch.params, patch=patch.key)
+                                          f"({'a module' if d.kind == 'module' else 'a literal value'})")]
+    if sig is None:
+        return []
+    return problems(sig, target_signature, shape=traits(patch).call_shape, name=patch.implementation,
+                    target_kind=target_kind, params=patch.params, patch=patch.key)
 
 
 def reason(found: list[Finding]) -> str:
@@ -354,4 +318,4 @@ def reason(found: list[Finding]) -> str:
     return "; ".join(p.reason for p in found)
 
 
-__all__ = ["CODES", "problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]
+__all__ = ["problems", "problems_for", "reason", "signature_text", "wrap_takes_context"]

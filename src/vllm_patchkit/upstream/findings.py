@@ -58,6 +58,7 @@ class BreakageKind(str, Enum):
     foreign_replacement = "foreign_replacement"
     unreviewed = "unreviewed"
     reach_missing = "reach_missing"
+    name_collision = "name_collision"
 
 
 def _q(name: Any) -> str:
@@ -81,8 +82,19 @@ def _explain_inherited(b: "Breakage") -> str:
     qual = b.target.partition(":")[2]
     owner = qual.rpartition(".")[0]
     base = b.new.partition(":")[2]
-    return (f"now inherited from {b.new}, no longer defined on {owner}: a patch on {qual} would add an override "
+    said = (f"now inherited from {b.new}, no longer defined on {owner}" if b.old == "defined" else
+            f"inherited from {b.new}, not defined on {owner}")  # `old`: the pin had it on the class
+    return (f"{said}: a patch on {qual} would add an override "
             f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
+
+
+def _explain_collision(b: "Breakage") -> str:
+    """`target`: the `module:Class.name` the patch adds; `new`: where the release defines that name (the class
+    itself or the base the MRO finds it in); `detail`: the release."""
+    owner, _, name = b.target.partition(":")[2].rpartition(".")
+    where = "itself" if b.new == b.target else f"through {b.new}"
+    return (f"{b.patch} adds {name} to {owner}, and vLLM {b.detail} defines {owner}.{name} {where}: the name the "
+            f"plugin adds would replace vLLM's own, which vLLM's code then no longer reaches (a collision)")
 
 
 def _explain_reach(b: "Breakage") -> str:
@@ -92,6 +104,10 @@ def _explain_reach(b: "Breakage") -> str:
     if b.old == "import":
         module, _, name = b.target.partition(":")
         return f"{b.patch} imports {name} from {module} ({b.detail}); vLLM {b.new} has no {name} in {module}"
+    if b.old == "provide":
+        reader, _, cls = str(b.detail).rpartition("; ")
+        return (f"{b.patch} swaps {cls} in for {owner}; vLLM {b.new}'s {reader} reads self.{name} on its objects, "
+                f"which {cls.rpartition(':')[2]} does not set: AttributeError when vLLM calls it")
     verb, what = ("calls", "method") if b.old == "method" else ("reads", "attribute")
     return f"{b.patch} {verb} {owner}.{name} ({b.detail}); vLLM {b.new} defines no such {what} on {owner}"
 
@@ -138,6 +154,7 @@ _EXPLAIN = {
         lambda b: f"the implementation cannot be imported: {b.detail}; the loader refuses the patch at start-up "
                   "(`implementation`)",
     BreakageKind.reach_missing: lambda b: _explain_reach(b),
+    BreakageKind.name_collision: lambda b: _explain_collision(b),
     BreakageKind.when_excludes: lambda b: f"manifest and patch contradict each other: {b.detail}",
     BreakageKind.unreviewed: lambda b: f"not reviewed: {b.detail}",
     BreakageKind.foreign_replacement:

@@ -12,9 +12,6 @@ from typing import Optional
 
 from vllm_patchkit.declaration.kinds import declaration_of
 
-#: what a `wrap`/`replace` can stand on (fingerprint kinds)
-FUNCTION_KINDS = frozenset({"function", "method", "staticmethod", "classmethod"})
-
 
 def class_target(patch_kind: str, target: str, target_kind: str) -> Optional[str]:
     """Why a wrap/replace cannot be installed at `target` when it is a class; None when it is not one."""

@@ -99,6 +99,9 @@ def is_vllm(module: str) -> bool:
 
 
 class _Walk:
+    """The walk of one implementation (a whole plugin's walk, `tools/reach_plugin/walk.py`, extends it: its own
+    module reader, its own function state)."""
+
     def __init__(self, types: Types, target: str):
         self.types = types
         self.target = target
@@ -114,9 +117,16 @@ class _Walk:
             return
         self.seen.add(key)
         self.imports(module, file)
-        state = _Function(self, module, file, dict(env), ctx, depth)
+        state = self.function_state(module, file, dict(env), ctx, depth)
         for st in fn.body:
             state.statement(st)
+
+    def function_state(self, module: str, file: str, env: dict, ctx: Optional[str], depth: int) -> "_Function":
+        return _Function(self, module, file, env, ctx, depth)
+
+    def find(self, module: str, name: str):
+        """`module.name` followed to its definition (an `ImplDef`); raises `ImplUnreadable`."""
+        return impl_static._find(module, name)
 
     def imports(self, module: str, file: str) -> None:
         """The vLLM names the module imports (top level and in functions: every import statement in it)."""
@@ -230,7 +240,10 @@ class _Function:
         return Opaque(f"an item of {self.how(v)}") if v is not None else None
 
     def attribute(self, node: ast.Attribute, call: bool) -> Value:
-        base = self.eval(node.value)
+        return self.member_of(self.eval(node.value), node, call)
+
+    def member_of(self, base: Value, node: ast.Attribute, call: bool) -> Value:
+        """`base.<node.attr>`: recorded when `base` is a vLLM value; the value it gives."""
         name = node.attr
         if base is None or (name.startswith("__") and name.endswith("__")):
             return None
@@ -248,7 +261,7 @@ class _Function:
         if member is None or member.external:
             return None if member is not None else Opaque(f"{self.how(base)}.{name}")
         if call and member.defined in ("method", "dynamic"):
-            return _Callable(member.type)  # the call's result: the method's return annotation
+            return _Callable(member.type, f"{base.cls}.{name}")  # the call's result: the return annotation
         if member.item:
             return Items(member.item)
         return Obj(member.type) if member.type else Opaque(f"{self.how(base)}.{name}")
@@ -269,6 +282,9 @@ class _Function:
         if isinstance(func, ast.Name) and func.id in ("wrapped",):
             return Opaque("the target's result")
         got = self.eval(func, call=True)
+        hooked = self.called(node, got)
+        if hooked is not _GO_ON:
+            return hooked
         if isinstance(got, _Callable):
             return Obj(got.returns) if got.returns else Opaque("a method's result")
         if isinstance(got, Opaque):
@@ -277,10 +293,14 @@ class _Function:
             self.into(func.id, args, kwargs)
         return None
 
+    def called(self, node: ast.Call, got: Value) -> object:
+        """A hook on each call once its callee is evaluated: a value ends the call's walk with it."""
+        return _GO_ON
+
     def into(self, name: str, args: list, kwargs: dict) -> None:
         """A call of one of the set's own functions: walk it with the vLLM values bound to its parameters."""
         try:
-            d = impl_static._find(self.module, name)
+            d = self.w.find(self.module, name)
         except impl_static.ImplUnreadable:
             return
         module = d.spec.partition(":")[0]
@@ -298,6 +318,10 @@ class _Function:
 @dataclass(frozen=True)
 class _Callable:
     returns: Optional[str]
+    spec: Optional[str] = None  # module:Class.method called
+
+
+_GO_ON = object()
 
 
 def read(implementation: str, target: str, instance_param: Optional[int], types: Types) -> list[ReachItem]:

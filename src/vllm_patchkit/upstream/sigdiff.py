@@ -165,13 +165,17 @@ def new_home(missing: Missing) -> Optional[str]:
     return missing.moved_to[0] if len(missing.moved_to) == 1 else None
 
 
-def missing_breakages(patch: str, target: str, missing: Missing, *, copy: bool = False) -> list[Breakage]:
+def missing_breakages(patch: str, target: str, missing: Missing, *, copy: bool = False,
+                      pinned: bool = True) -> list[Breakage]:
+    """`pinned`: the place was pinned on an older release (so "now inherited" is a change); False when this
+    release is the first one read (`pin`), where the place was never defined on the class."""
     if copy:
         return [Breakage(BreakageKind.copy_gone, patch, target, detail=missing.reason)]
     if missing.unreadable:
         return [Breakage(BreakageKind.target_unreadable, patch, target, detail=missing.reason)]
     if missing.inherited_from:
-        return [Breakage(BreakageKind.target_inherited, patch, target, new=missing.inherited_from, detail=missing.reason)]
+        return [Breakage(BreakageKind.target_inherited, patch, target, new=missing.inherited_from,
+                         old="defined" if pinned else None, detail=missing.reason)]
     if missing.moved_to:
         return [Breakage(BreakageKind.target_moved, patch, target, new=", ".join(missing.moved_to), detail=missing.reason)]
     return [Breakage(BreakageKind.target_removed, patch, target, detail=missing.reason)]

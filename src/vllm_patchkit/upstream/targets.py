@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from typing import Any, Optional
 
 from msgspec import Struct
@@ -32,8 +33,7 @@ class Place(Struct, frozen=True):
         return isinstance(self.owner, type)
 
     def get_raw(self) -> Any:
-        if self.owner_is_class:
-            return self.owner.__dict__.get(self.attr, MISSING)
+        """What the owner (a module or a class) holds itself under the name, never an inherited value."""
         return self.owner.__dict__.get(self.attr, MISSING)
 
     def set_raw(self, value: Any) -> None:
@@ -82,6 +82,18 @@ def split(spec: str) -> tuple[str, list[str]]:
     return module, qualname.split(".")
 
 
+def _lazy_export(owner: Any, name: str) -> Any:
+    """A module's PEP 562 export (`vllm.LLM`, served by `vllm.__getattr__`) on the way to a member, as Python's
+    attribute access finds it; MISSING if the owner is no such module or its `__getattr__` refuses the name. Only
+    on the way: the export itself is held by no module attribute, so it is no place to patch (static.py agrees)."""
+    if not isinstance(owner, types.ModuleType) or "__getattr__" not in owner.__dict__:
+        return MISSING
+    try:
+        return owner.__dict__["__getattr__"](name)
+    except AttributeError:
+        return MISSING
+
+
 def resolve(spec: str, *, import_module: bool = True) -> Place:
     """Find the place named by `spec`; raise TargetError saying what is missing."""
     module_name, parts = split(spec)
@@ -96,6 +108,8 @@ def resolve(spec: str, *, import_module: bool = True) -> Place:
             raise TargetError(f"module {module_name!r} is not imported")
     for i, part in enumerate(parts[:-1]):
         nxt = owner.__dict__.get(part, MISSING) if hasattr(owner, "__dict__") else MISSING
+        if nxt is MISSING:
+            nxt = _lazy_export(owner, part)
         if nxt is MISSING:
             where = ".".join(parts[:i]) or module_name
             raise TargetError(f"{where!r} has no attribute {part!r} (target moved or removed)")

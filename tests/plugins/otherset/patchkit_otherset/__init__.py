@@ -7,7 +7,7 @@ installed into the project's virtualenv (where every other test would load it to
 
 from pathlib import Path
 
-from vllm_patchkit.declaration.patchsets import PatchSetSource
+from vllm_patchkit import PatchSetSource
 
 HERE = Path(__file__).resolve().parent
 

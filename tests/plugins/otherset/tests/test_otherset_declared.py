@@ -8,13 +8,13 @@ from importlib import metadata
 
 import pytest
 
-from vllm_patchkit.declaration.patchsets import GROUP, discover
+from vllm_patchkit import PATCH_SETS_GROUP, discover_sets
 
-pytestmark = pytest.mark.skipif("other" not in {ep.name for ep in metadata.entry_points(group=GROUP)},
+pytestmark = pytest.mark.skipif("other" not in {ep.name for ep in metadata.entry_points(group=PATCH_SETS_GROUP)},
                                 reason="the patch set `other` is not installed (tests/e2e installs it)")
 
 
 def test_the_set_is_found_by_its_entry_point_name():
-    (other,) = [s for s in discover(["other"], with_env=False) if s.name == "other"]
+    (other,) = [s for s in discover_sets(["other"], with_env=False) if s.name == "other"]
     assert (other.patches / "schedule_counter.yaml").is_file()
     assert (other.manifests / "vllm-0.31.0.yaml").is_file()

@@ -4,7 +4,7 @@ The real ``DeepseekV4Adapter`` prices a checkpoint from its config.json (``V4Inp
 adapter's ``TINY`` configuration of docs/adapters/deepseek-v4.md (ratios ``[0, 4, 128, 4, 0]``, window 8,
 D 64, R 16, Di 32). ``head_dim`` (64) is already the Llama's; ``model_type`` stays ``llama`` (the stand-in
 executor never loads the weights, but vLLM's config code must parse the file). Used by the e2e test and by
-the demo (``python -m vllm_patchkit.patches.demo``).
+the demo (``python -m patchkit_deepseek_v4.demo``).
 """
 
 from __future__ import annotations

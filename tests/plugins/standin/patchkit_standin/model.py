@@ -20,7 +20,7 @@ SLOT_EVENTS_SOURCE = "patchkit_standin.slot_events"
 
 
 def count_slot_events(finished, preempted, resumed) -> None:
-    """A listener of vllm_patchkit.adapters.SLOT_EVENTS: counts into this process's record."""
+    """A listener of patchkit_deepseek_v4.adapters.SLOT_EVENTS: counts into this process's record."""
     from vllm_patchkit.runtime import state as runtime
 
     runtime.count(SLOT_EVENTS_SOURCE, "steps")
@@ -35,7 +35,7 @@ class StandinDeepseekV4ForCausalLM(LlamaForCausalLM):
     # to tell new-style model classes from old-style ones.
     def __init__(self, *, vllm_config, prefix: str = ""):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        from vllm_patchkit.adapters import SLOT_EVENTS
+        from patchkit_deepseek_v4.adapters import SLOT_EVENTS
 
         SLOT_EVENTS.listen(count_slot_events)  # once per process: listening again changes nothing
         logger.info("patchkit_standin: model class %s.%s in pid %d",

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vllm.v1.executor.abstract import Executor
-from vllm_patchkit.adapters import SLOT_EVENTS
+from patchkit_deepseek_v4.adapters import SLOT_EVENTS
 
 logger = logging.getLogger("vllm.patchkit_standin")
 
@@ -113,7 +113,7 @@ class StandinWorker:
     """The worker side, in EngineCore's process (``collective_rpc`` calls its methods by name)."""
 
     def __init__(self, vllm_config):
-        from vllm_patchkit.adapters import REGISTRY
+        from patchkit_deepseek_v4.adapters import REGISTRY
 
         self.vllm_config = vllm_config
         self.adapter = REGISTRY.for_config(vllm_config)

@@ -1,0 +1,108 @@
+"""The whole-plugin reach against the corpus's ground truth: every breaking line judged, the figures a ratchet.
+
+The figures come from scripts/corpus_reach.py (the same function): `reach` on each registry plugin's real archive
+(downloaded at run time into ~/.cache/vllm-patchkit/plugins; skipped offline), pinned on vLLM 0.31.0 and compared
+with 0.32.0, 0.33.0 and 0.34.0, each BREAKING line judged in the plugin's catalogue (`reach:`), and the truth's
+breaks that `check` misses (scripts/corpus_report.py) matched with the real breaking lines. ROCm/ATOM is read only
+with $PATCHKIT_ATOM_SRC (its source is assembled from files at several commits), so it is not in these figures.
+
+A ratchet both ways, as test_check_verdicts.py: a new false alarm, a new unjudged line or a lost catch fails; so
+does a figure that improves, because then the figure written here must move with it (on a held-out plugin the
+change must not come from a rule tuned on it: tests/corpus/README.md, "Splits").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_patchkit.tools.releases import ReleaseError, open_release
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("corpus_reach", ROOT / "scripts" / "corpus_reach.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows():
+    for v in ("0.31.0", "0.32.0", "0.33.0", "0.34.0"):
+        try:
+            open_release(v)
+        except ReleaseError as exc:
+            pytest.skip(f"vLLM {v} cannot be read here ({exc})")
+    script = _script()
+    from tests.corpus.catalogue import all_catalogues
+
+    for cat in all_catalogues():
+        if cat.source.startswith("pypi:"):
+            path, why = script.plugin_source(cat)
+            if path is None:
+                pytest.skip(f"the corpus plugins cannot be downloaded here ({cat.plugin}=={cat.version}: {why})")
+    return script.measure()
+
+
+# Measured 2026-12-05 (`python scripts/corpus_reach.py`): per split and release, over the plugins read (ATOM not):
+# (uses, not followed, breaking lines, of them real breaks, false alarms).
+FIGURES = {
+    ("tuning", "0.32.0"): (635, 61, 0, 0, 0),
+    ("tuning", "0.33.0"): (635, 61, 2, 2, 0),
+    ("tuning", "0.34.0"): (473, 37, 18, 18, 0),
+    ("held_out", "0.32.0"): (252, 20, 0, 0, 0),
+    ("held_out", "0.33.0"): (251, 20, 1, 1, 0),
+    ("held_out", "0.34.0"): (244, 20, 1, 1, 0),
+}
+# The truth's breaks check misses that a real breaking line of reach catches. agentinfer's CLI import (its two
+# alternatives both gone since 0.33.0); amass-kv's seven places, all lost with the module-level import of
+# is_quantized_kv_cache in the modules its entry point loads.
+_AMASS = {("amass_kv", p) for p in ("attn-backend-selection", "backend-subclass", "impl-forward", "builder-init",
+                                   "builder-build", "builder-capture", "builder-cudagraph-support")}
+_CLI = ("agentinfer_zmj_test", "serve-cli-injection")
+CAUGHT = {"0.32.0": set(), "0.33.0": {_CLI} | _AMASS, "0.34.0": {_CLI} | _AMASS}
+# and those it does not: a method vllm-hi adds to EngineCore calls .clear() on a TokenBuffer (0.34.0); thaw-vllm
+# writes KVCacheBlock._block_hash on live objects (renamed); meralion2's logits processor's deleted base module.
+NOT_CAUGHT = {"0.32.0": set(), "0.33.0": set(),
+              "0.34.0": {("vllm_hi", "engine-apply-scheduler-incremental"), ("thaw_vllm", "prefix-cache-block-hash"),
+                         ("vllm_plugin_meralion2", "no-repeat-ngram-logitsproc")}}
+
+
+def test_every_breaking_line_is_judged(rows):
+    unjudged = [(r.plugin, r.release, x.where, x.name) for r in rows for x in r.lines if x.breaks is None]
+    stale = [(r.plugin, r.release, s) for r in rows for s in r.stale]
+    assert not unjudged, f"breaking lines with no judgement in the catalogue's reach: list: {unjudged}"
+    assert not stale, f"judgements of lines reach no longer prints (drop them): {stale}"
+
+
+@pytest.mark.parametrize("key", sorted(FIGURES), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_figures_are_the_measured_ones(rows, key):
+    side, release = key
+    mine = [r for r in rows if r.split == side and r.release == release and not r.skipped]
+    got = (sum(r.uses for r in mine), sum(r.not_followed for r in mine), sum(len(r.lines) for r in mine),
+           sum(r.found for r in mine), sum(r.false_alarms for r in mine))
+    alarms = [(r.plugin, x.where, x.name) for r in mine for x in r.lines if x.breaks is False]
+    assert got == FIGURES[key], f"{side} on {release}: (uses, not followed, breaking, found, false alarms) = {got}; " \
+                                f"false alarms: {alarms}"
+
+
+@pytest.mark.parametrize("release", ["0.32.0", "0.33.0", "0.34.0"])
+def test_check_misses_reach_catches(rows, release):
+    mine = [r for r in rows if r.release == release and not r.skipped]
+    caught = {(r.plugin, p) for r in mine for p in r.caught}
+    missed = {(r.plugin, p) for r in mine for p in r.missed}
+    assert caught == CAUGHT[release], f"caught on {release}: {sorted(caught)}"
+    assert missed - caught == NOT_CAUGHT[release], f"not caught on {release}: {sorted(missed - caught)}"
+
+
+def test_atom_is_skipped_with_its_reason_unless_its_source_is_given(rows):
+    import os
+
+    atom = [r for r in rows if r.plugin == "atom"]
+    assert atom and all(bool(r.skipped) != bool(os.environ.get("PATCHKIT_ATOM_SRC")) for r in atom)
