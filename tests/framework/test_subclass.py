@@ -299,7 +299,7 @@ def test_an_implementation_that_is_no_subclass_fails(tmp_path, vc, impl_module):
 def test_selected_but_never_built_is_a_finding(tmp_path, vc, my_scheduler):
     spec, _ = my_scheduler
     loader = loader_for(tmp_path, vc, spec)
-    loader._report_not_built(steps=8)  # as sync_calls does once the engine counted steps
+    loader.standing.report_not_built(steps=8)  # as sync_calls does once the engine counted steps
     rec = loader.records["sub"]
     assert rec.detail["built"] == 0
     assert [f["code"] for f in rec.findings] == ["not_built"]

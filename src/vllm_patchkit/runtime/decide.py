@@ -6,23 +6,20 @@ The front end's pre-flight refuses early what another process will need and this
 
 from __future__ import annotations
 
-import logging
 import sys
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
-from vllm_patchkit.declaration.errors import RequiredPatchUnavailable, remedies
-from vllm_patchkit.declaration.preconditions import Unknown, held, unmet_at_config, unmet_at_import
+from vllm_patchkit.declaration.preconditions import Facts, Unknown, held, unmet_at_config, unmet_at_import
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
-from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched, refusal_message
+from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched
 from vllm_patchkit.runtime import nearest
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.kinds.base import Skip
-from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, REFUSED, SKIPPED, PatchRecord
+from vllm_patchkit.runtime.ledger import Ledger
+from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, SKIPPED
 from vllm_patchkit.runtime.verify import Verified, verify
 from vllm_patchkit.upstream.findings import Finding
-
-log = logging.getLogger("vllm.patchkit")
 
 
 class Settled:
@@ -49,19 +46,39 @@ class NeededButUnavailable(NamedTuple):  # a NamedTuple: built at every start-up
 Outcome = Union[Settled, Deferred, NeededButUnavailable, Verified]
 
 
-class Decisions:
-    """The Loader's decision steps (a mixin: they read its plan, records, facts and manifests)."""
+class Decider:
+    """Decides each patch of one process; owns `decided` (verified in this stage, not applied yet: their dependents
+    go on). What it reads is handed in: the ledger, the facts, the plan's unavailable entries and pinned places,
+    and two questions to the loader's other jobs (does this process host a role? which module does a patch wait
+    for?)."""
 
-    def _preflight(self, cfg: dict) -> None:
+    def __init__(self, ledger: Ledger, facts: Facts, *, unavailable: dict[str, Unavailable],
+                 pinned_by: dict[str, list[str]], pins_of: Any, lazy: bool,
+                 hosts: Callable[[str], bool], waits_for: Callable[[str], Optional[str]]):
+        self.ledger = ledger
+        self.facts = facts
+        self.unavailable = unavailable
+        self.pinned_by = pinned_by
+        self.pins_of = pins_of  # another release's pins, for a release no manifest pins (nearest.py); else None
+        self.lazy = lazy
+        self.hosts = hosts
+        self.waits_for = waits_for
+        self.decided: set[str] = set()
+
+    def done(self, pid: str) -> None:
+        """`pid` is past its decision (applied, refused or failed): no longer counts as decided for its dependents."""
+        self.decided.discard(pid)
+
+    def preflight(self, plan: list[tuple[Patch, Optional[ManifestEntry], str]], role: str, cfg: dict) -> None:
         """Refuse here, early, when another process will need a required patch this release cannot give.
 
         The front end knows the release, the manifest and the architecture before it
         starts EngineCore; a worker failing later costs a model load and reads worse.
         Only a refusal leaves a row here: other processes' patches stay `process` skips.
         """
-        for patch, _, _ in self.plan:
+        for patch, _, _ in plan:
             why = self.unavailable.get(patch.id)
-            if why is None or not patch.required or kind_of(patch).refuses or self.role in patch.processes:
+            if why is None or not patch.required or kind_of(patch).refuses or role in patch.processes:
                 continue
             if allowed_unpatched(patch.id):
                 continue
@@ -69,58 +86,29 @@ class Decisions:
             if judged is not None and not isinstance(judged, Unknown):  # unknown: cannot tell it is not needed
                 continue
             owners = ", ".join(p.value for p in patch.processes)
-            self._refuse_unavailable(patch, why, f"the {owners} process(es) will need it: {held(patch.when, cfg)}")
-
-    def _refuse_unavailable(self, patch: Patch, why: Unavailable, why_needed: str):
-        rec = self.records[patch.id]
-        remedy = remedies("unavailable", patch.id, self.vllm_version, self.manifests)
-        message = refusal_message(patch.key, self.vllm_version, why_needed, why.reason, remedy)
-        rec.set(REFUSED, "unavailable", message, "an entry in the manifest for this release", why.code)
-        rec.detail["remedy"] = remedy
-        self.process.error = message
-        log.error("%s", message)
-        self.flush()
-        raise RequiredPatchUnavailable(rec, message)
-
-    def _required_failed(self, patch: Patch, code: str, reason: str, expected: Any = None,
-                         found: Any = None) -> PatchRecord:
-        """A needed required patch cannot apply (`code`): failed, with the remedies its class has; or, when
-        $VLLM_PATCHKIT_ALLOW_UNPATCHED names it (or `all`), skipped loudly as the remedies promise."""
-        rec = self.records[patch.id]
-        if allowed_unpatched(patch.id):
-            rec.set(SKIPPED, "unpatched_allowed", f"needed here but failed ({code}): {reason}; served without it "
-                    "because VLLM_PATCHKIT_ALLOW_UNPATCHED names it", expected, found)
-            rec.detail["failure"] = code
-            self._warn(rec, f"REQUIRED patch {patch.key} is needed here but failed ({code}): {reason}; serving "
-                            "WITHOUT it because VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
-            return rec
-        rec.set(FAILED, code, reason, expected, found)
-        rec.detail["remedy"] = remedies(code, patch.id, self.vllm_version, self.manifests)
-        return rec
+            self.ledger.refuse_unavailable(patch, why, f"the {owners} process(es) will need it: {held(patch.when, cfg)}")
 
     def _unknown_fact(self, patch: Patch, unknown: Unknown) -> Settled:
         """A precondition this release does not let the framework read: the patch may be needed. Required: it
         fails (start-up stops, naming the fact and the release); optional: skipped with a warning. Never a quiet
         'not needed'."""
         reason = (f"may be needed here: its precondition {unknown.field} (expected {unknown.expected}) cannot be "
-                  f"read on vLLM {self.vllm_version}; an unknown fact is never taken as unmet")
+                  f"read on vLLM {self.ledger.vllm_version}; an unknown fact is never taken as unmet")
         if patch.required:
-            self._required_failed(patch, "precondition_unknown", reason, unknown.expected, "unknown")
+            self.ledger.required_failed(patch, "precondition_unknown", reason, unknown.expected, "unknown")
             return SETTLED
-        rec = self.records[patch.id]
+        rec = self.ledger.records[patch.id]
         rec.set(SKIPPED, "precondition_unknown", reason, unknown.expected, "unknown")
-        self._warn(rec, f"optional patch {patch.key} {reason}")
+        self.ledger.warn(rec, f"optional patch {patch.key} {reason}")
         return SETTLED
 
-    def _warn(self, rec: PatchRecord, message: str) -> None:
-        rec.warning = message
-        log.warning("vllm-patchkit: %s", message)
-
-    def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]) -> Outcome:
+    def decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+               vllm_config: Any = None) -> Outcome:
         """Is it needed here (process, preconditions)? Then: can it be applied (requires, manifest, verify)?"""
-        rec = self.records[patch.id]
+        ledger = self.ledger
+        rec = ledger.records[patch.id]
         if not any(self.hosts(p.value) for p in patch.processes):
-            rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], self.role)
+            rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], ledger.process.role)
             return SETTLED
         kind = kind_of(patch)  # imported for a patch this process may need, not for every patch of the set
         unmet = unmet_at_import(patch.when, self.facts)
@@ -134,17 +122,17 @@ class Decisions:
         # needed here from this point on
         waits_for = None  # a dependency still waiting for its module: this one waits with it
         for dep in patch.requires:
-            drec = self.records[dep]
-            if drec.state == NOT_IMPORTED and dep in self.waiting_on:
+            drec = ledger.records[dep]
+            if drec.state == NOT_IMPORTED and self.waits_for(dep) is not None:
                 waits_for = waits_for or dep
                 continue
             if drec.state != APPLIED and dep not in self.decided:
                 reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
                 if patch.required:  # needed and required: a missing dependency must not read as a skip
-                    self._required_failed(patch, "requires", reason, f"{dep} applied", drec.state)
+                    ledger.required_failed(patch, "requires", reason, f"{dep} applied", drec.state)
                     return SETTLED
                 rec.set(SKIPPED, "requires", reason, f"{dep} applied", drec.state)
-                self._warn(rec, f"optional patch {patch.key} is needed here but {reason}")
+                ledger.warn(rec, f"optional patch {patch.key} is needed here but {reason}")
                 return SETTLED
         why = self.unavailable.get(patch.id)
         if why is not None:
@@ -153,19 +141,19 @@ class Decisions:
                 return Verified()
             if not patch.required:
                 rec.set(SKIPPED, "unavailable", f"needed here but {why.reason}", "an entry in the manifest", why.code)
-                self._warn(rec, f"optional patch {patch.key} is needed here but cannot be applied on vLLM "
-                                f"{self.vllm_version}: {why.reason}")
+                ledger.warn(rec, f"optional patch {patch.key} is needed here but cannot be applied on vLLM "
+                                 f"{ledger.vllm_version}: {why.reason}")
                 return SETTLED
             if allowed_unpatched(patch.id):
                 rec.set(SKIPPED, "unpatched_allowed", f"needed here but {why.reason}; served without it because "
                         f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it", "an entry in the manifest", why.code)
-                self._warn(rec, f"REQUIRED patch {patch.key} is needed here but cannot be applied on vLLM "
-                                f"{self.vllm_version} ({why.reason}); serving WITHOUT it because "
-                                "VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
+                ledger.warn(rec, f"REQUIRED patch {patch.key} is needed here but cannot be applied on vLLM "
+                                 f"{ledger.vllm_version} ({why.reason}); serving WITHOUT it because "
+                                 "VLLM_PATCHKIT_ALLOW_UNPATCHED names it")
                 return SETTLED
             return NeededButUnavailable(why)
         if waits_for is not None:
-            module = self.waiting_on[waits_for]
+            module = self.waits_for(waits_for)
             return Deferred(module, f"requires {waits_for}, which waits for {module} to be imported")
         if self.lazy and kind.changes_target and patch.target is not None:
             module = patch.target.partition(":")[0]
@@ -175,20 +163,20 @@ class Decisions:
         later = frozenset(s for s in patch.uses if self.lazy and s.partition(":")[0] not in sys.modules)
         result = verify(patch, entry, self.pinned_by, later)
         if not isinstance(result, Finding):
-            result = kind.choose(patch, result, self.vllm_config)
+            result = kind.choose(patch, result, vllm_config)
         if isinstance(result, Skip):
             rec.set(SKIPPED, result.code, result.reason, result.expected, result.found)
             return SETTLED
         if isinstance(result, Finding):
             if self.pins_of is not None:  # a release no manifest pins: say whose pins the difference is from
-                result = nearest.judged(result, self.pins_of, self.vllm_version)
+                result = nearest.judged(result, self.pins_of, ledger.vllm_version)
             rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
             if patch.required:
-                self._required_failed(patch, result.code, result.reason, result.expected, result.found)
+                ledger.required_failed(patch, result.code, result.reason, result.expected, result.found)
                 return SETTLED
             rec.set(FAILED, result.code, result.reason, result.expected, result.found)
             return SETTLED
         self.decided.add(patch.id)
         if self.pins_of is not None:  # verified against another release's pins: its record (and status) say so
-            nearest.mark_verified(rec.detail, self.pins_of, self.vllm_version)
+            nearest.mark_verified(rec.detail, self.pins_of, ledger.vllm_version)
         return result

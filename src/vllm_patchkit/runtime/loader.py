@@ -3,13 +3,14 @@
 Stage "import" runs from the plugin entry point; stage "config" runs at the process's config-ready point (see
 vllm_patchkit/hooks/config_ready.py). Within a stage every decision is made before anything is installed, so a
 required patch that cannot apply stops start-up with nothing half-applied. The pipeline's pieces are their own
-modules: plan (here), decide.py (needed? available? verified?), the patch's kind (runtime/kinds: apply), the
-record (here), waiting.py (targets imported later), stale_watch.py and standing.py (after apply).
+modules: plan.py (which version, in which order, at which stage), decide.py (needed? available? verified?), the patch's kind (runtime/kinds: apply), the
+record (ledger.py), waiting.py (targets imported later), stale_watch.py and standing.py (after apply), hosting.py
+(another role's code in this process). Each is an object the loader makes and calls, owning its own data; none
+calls another's methods: the loader hands each what it needs (the ledger, the applied patches, a callback).
 """
 
 from __future__ import annotations
 
-import graphlib
 import logging
 import os
 import threading
@@ -19,7 +20,7 @@ from typing import Any, Iterable, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
-from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors, Refusal, RequiredPatchFailed
+from vllm_patchkit.declaration.errors import Refusal
 from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held
 from vllm_patchkit.declaration.schema import Patch
@@ -27,12 +28,13 @@ from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.declaration.review import refuse_drafts
 from vllm_patchkit.runtime import state as runtime
 from vllm_patchkit.runtime.applied import Applied
-from vllm_patchkit.runtime.availability import Unavailable, planned_version, unavailable
-from vllm_patchkit.runtime.decide import Decisions, Deferred, NeededButUnavailable
+from vllm_patchkit.runtime.availability import Unavailable
+from vllm_patchkit.runtime.decide import Decider, Deferred, NeededButUnavailable
 from vllm_patchkit.runtime.hosting import Hosting
+from vllm_patchkit.runtime.ledger import Ledger
 from vllm_patchkit.runtime.kinds import kind_of
-from vllm_patchkit.runtime.modules import module_exists
 from vllm_patchkit.runtime.flush import write_record
+from vllm_patchkit.runtime.plan import check_contradictions, check_modules, plan_of
 from vllm_patchkit.runtime.raised import publish as publish_raised
 from vllm_patchkit.runtime.release import installed_vllm_version, judged_version  # noqa: F401 (its old home)
 from vllm_patchkit.runtime.record import (APPLIED, FAILED, NOT_IMPORTED, PENDING, REFUSED, SKIPPED, PatchRecord,
@@ -46,8 +48,9 @@ from vllm_patchkit.runtime.waiting import Waiting
 
 log = logging.getLogger("vllm.patchkit")
 
-class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
-    """Holds one process's plan, the applied patches, and their records."""
+class Loader:
+    """Holds one process's plan and the applied patches; composes the jobs that decide, wait, watch and host, and
+    the ledger that holds the records."""
 
     def __init__(
         self,
@@ -66,7 +69,6 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         refuse_drafts(patch_set)  # an unreviewed draft is a guess, never applied (declaration/review.py)
         self.patch_set = patch_set
         self.role = role
-        self.hosted: set[str] = set()  # other roles whose code runs in this process too (hosting.py)
         seam = None  # the test seam's warning (release.py), when vLLM's version is read here
         if vllm_version is None:
             vllm_version, seam = judged_version()
@@ -77,18 +79,13 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         # lazy: a target whose module is not imported when its stage runs is verified and applied when it is
         # imported (lazy.py), never imported early; the plugin's loader is lazy, a loader made by hand is not
         self.lazy = lazy
-        self.waiting_on: dict[str, str] = {}  # patch id -> the module whose import it waits for
-        self.decided: set[str] = set()  # patch ids verified in this stage, not yet applied (their dependents go on)
-        # id(original) -> (patch id, declared places, the original): every applied function patch, for the
-        # full stale-copy search the flusher runs once start-up is over (`rescan_stale`)
-        self.stale_watch: dict[int, tuple[str, set[str], Any]] = {}
         self.applied: dict[str, Applied] = {}
         self.stacks: dict[str, list[str]] = {}  # target -> patch keys applied on it, innermost first
         self.manifests = manifests
         self.unavailable: dict[str, Unavailable] = {}  # patch id -> why this release offers no entry
         self.loaded, self.manifest_note = manifests_mod.select(manifests, self.vllm_version, policy)
         self.pins_of = manifests_mod.nearest_of(self.loaded, self.vllm_version)  # None: an exact pin, or none
-        self.process = ProcessRecord(
+        process = ProcessRecord(
             run_id=run_id(),
             role=role,
             pid=os.getpid(),
@@ -99,18 +96,30 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             notes=[self.manifest_note],
             warnings=[w for w in (seam, None if self.manifest_note.startswith("manifest ") else self.manifest_note) if w],
         )
-        self.records: dict[str, PatchRecord] = {}
+        self.ledger = Ledger(process, self.vllm_version, manifests, self.flush)
+        self.process: ProcessRecord = process
+        self.records: dict[str, PatchRecord] = self.ledger.records
         self._flushing = threading.RLock()  # the flusher thread, a note's flush: the newer snapshot is written last
-        self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = self._plan()
+        self.plan: list[tuple[Patch, Optional[ManifestEntry], str]] = plan_of(
+            patch_set, self.loaded, self.vllm_version, self.manifest_note, self.pins_of, self.records, self.unavailable)
         # vetted: what the start-up cache's writer already checked of these very sets (sets_cache.Vetted)
-        self._check_modules(vetted.modules if vetted else frozenset())
+        check_modules(self.plan, self.unavailable, patch_set, vetted.modules if vetted else frozenset())
         if vetted is None or not vetted.no_contradictions:
-            self._check_contradictions()
+            check_contradictions(patch_set, manifests)
         self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
         self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
         for patch, _, _ in self.plan:
             for spec in patch.pinned_specs:
                 self.pinned_by.setdefault(spec, []).append(patch.key)
+        # the jobs, each with what it reads handed in (see the module docstring)
+        self.hosting = Hosting(role, self.ledger)
+        self.stale = StaleWatch(self.ledger, self.applied)
+        self.standing = Standing(self.ledger, self.applied, patch_set)
+        self.waiting = Waiting(self.ledger, self.applied, pins_of=self.pins_of, decide=self._decide,
+                               apply=self._apply_one, applied_late=self.stale.watch_applied)
+        self.decider = Decider(self.ledger, self.facts, unavailable=self.unavailable, pinned_by=self.pinned_by,
+                               pins_of=self.pins_of, lazy=lazy, hosts=self.hosting.hosts,
+                               waits_for=self.waiting.waits_for)
 
     @classmethod
     def builtin(cls, *, role: str, sets: Optional[Iterable[str]] = None, manifest_dir: Optional[Path] = None,
@@ -138,78 +147,6 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         cache.attach(loader.process)  # the record says what the caches did, now and later (fingerprints)
         return loader
 
-    # -- plan ---------------------------------------------------------------
-    def _plan(self) -> list[tuple[Patch, Optional[ManifestEntry], str]]:
-        """Choose the version of each patch the manifest lists; order by `requires`.
-
-        A patch the manifest does not offer stays pending, with the reason kept in
-        `self.unavailable`: whether that matters is decided at its stage, once it is
-        known whether this process and this model need it. An observing core hook
-        (`observer: true`) is taken unpinned instead, so that stage can run at all.
-        """
-        m = self.loaded.manifest if self.loaded else None
-        chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
-        listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
-        marked_na = {n.patch for n in (m.not_applicable if m else [])}
-        for pid in sorted({p.id for p in self.patch_set.patches.values()}):
-            versions = sorted(self.patch_set.by_id(pid), key=lambda p: p.version)
-            path = self.loaded.path if self.loaded else None
-            patch, entry, excluded = planned_version(versions, listed.get(pid), self.vllm_version, path)
-            chosen[pid] = (patch, entry)
-            rec = PatchRecord(patch=patch.key, patch_set=self.patch_set.set_of.get(patch.key), kind=patch.kind.value,
-                              required=patch.required, stage=patch.stage, target=patch.target,
-                              expected_calls=patch.expected_calls.value)
-            self.records[pid] = rec
-            if entry is None:
-                why = excluded or unavailable(pid, m, path, self.manifest_note, self.vllm_version, self.pins_of)
-                if patch.observer and pid not in marked_na:
-                    rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
-                else:
-                    self.unavailable[pid] = why
-        graph = {pid: set(self.patch_set.requires_of(p)) & chosen.keys() for pid, (p, _) in chosen.items()}
-        order = list(graphlib.TopologicalSorter(graph).static_order())
-        stage_of: dict[str, str] = {}
-        plan = []
-        for pid in order:
-            patch, entry = chosen[pid]
-            stage = patch.stage
-            if any(stage_of.get(d) == "config" for d in patch.requires):
-                stage = "config"  # a dependent cannot run before what it depends on
-            stage_of[pid] = stage
-            self.records[pid].stage = stage
-            plan.append((patch, entry, stage))
-        return plan
-
-    def _check_modules(self, known: frozenset = frozenset()) -> None:
-        """Every module a listed patch names must exist, before anything is applied (`known`: found by the
-        start-up cache's writer in this installation; a file deleted since fails at verify, as a patch failure)."""
-        errors = []
-        for patch, entry, _ in self.plan:
-            if entry is None and patch.id in self.unavailable:
-                continue
-            named = [("target", patch.target), ("implementation", patch.implementation), ("value_from", patch.value_from)]
-            named += [(f"copies[{i}]", c) for i, c in enumerate(patch.copies)]
-            named += [(f"uses[{i}]", c) for i, c in enumerate(patch.uses)]
-            for fld, spec in named:
-                if spec is None:
-                    continue
-                module = spec.partition(":")[0]
-                if module not in known and not module_exists(module):
-                    errors.append(DeclarationError(self.patch_set.files[patch.key], fld,
-                                                   f"module {module!r} not found (expected an importable module in {spec!r})"))
-        if errors:
-            raise PatchSetErrors(errors)
-
-    def _check_contradictions(self) -> None:
-        """A manifest listing a required patch whose own `when.vllm` excludes its release would be skipped here
-        as not needed, silently: a declaration error naming the manifest entry and the patch file
-        (contradictions.py; `check` and `pin` refuse it in the same words)."""
-        from vllm_patchkit.declaration.contradictions import discovered_folders, find
-
-        if find(self.patch_set, self.manifests):  # the folders are looked up only to name the right file
-            raise PatchSetErrors([c.as_error() for c in find(self.patch_set, self.manifests,
-                                                              folders=discovered_folders())])
-
     # -- stages -------------------------------------------------------------
     def run_import_stage(self) -> None:
         self._run_stage("import", None)
@@ -220,14 +157,29 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))
         self.process.config = cfg
         self.vllm_config = vllm_config
-        self._preflight(cfg)
+        self.decider.preflight(self.plan, self.role, cfg)
         self._run_stage("config", cfg)
-        self.check_hosting(self.role, vllm_config)
+        self.hosting.check(self.role, vllm_config)
         if any(kind_of(a.patch).selects_class for a in self.applied.values()):
             cfg["classes"] = classes_in_use(vllm_config, self.role, cfg.get("runner"))  # the subclass now selected
         if os.environ.get("VLLM_PATCHKIT_SHADOW_CHECK", "1") != "0":
-            self._report_shadowed(cfg["classes"])
+            self.standing.report_shadowed(cfg["classes"])
             self.flush()
+
+    def host(self, role: str, vllm_config: Any) -> None:
+        """`role`'s code starts in this process (its config-ready point ran here, hosting.py): its patches are
+        judged and applied here with this config, both stages, as in a process of its own."""
+        if not self.hosting.admit(role, self.plan):
+            return
+        self._run_stage("import", None)
+        cfg = config_facts(vllm_config)
+        cfg["classes"] = classes_in_use(vllm_config, role, cfg.get("runner"))
+        self._run_stage("config", cfg)
+        self.hosting.check(role, vllm_config)
+        self.flush()
+
+    def _decide(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict]):
+        return self.decider.decide(patch, entry, stage, cfg, self.vllm_config)
 
     def _run_stage(self, stage: str, cfg: Optional[dict]) -> None:
         decisions: list[tuple[Patch, Verified]] = []
@@ -239,7 +191,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
                 continue
             outcome = self._decide(patch, entry, stage, cfg)
             if isinstance(outcome, Deferred):
-                self._defer(patch, outcome)
+                self.waiting.defer(patch, outcome)
                 deferred.append((patch, entry, outcome))
             elif isinstance(outcome, Verified):
                 decisions.append((patch, outcome))
@@ -247,33 +199,31 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
                 refusals.append((patch, outcome.why, "its process and preconditions hold here: "
                                  + held(patch.when, cfg or {})))
         for patch, why, because in refusals:
-            self._refuse_unavailable(patch, why, because)
+            self.ledger.refuse_unavailable(patch, why, because)
         for patch, v in decisions:
             if kind_of(patch).refuses:
-                self.decided.discard(patch.id)
+                self.decider.done(patch.id)
                 self.records[patch.id].set(REFUSED, "refused", patch.message)
-                self.process.error = f"vllm-patchkit: {patch.key}: {patch.message}"
-                self.flush()
-                raise Refusal(f"vllm-patchkit: {patch.key}: {patch.message}")
-        self._fail_closed()
+                self.ledger.stop(Refusal(f"vllm-patchkit: {patch.key}: {patch.message}"))
+        self.ledger.fail_closed()
         if self.lazy:  # the plugin's loader: the flusher's full search after the config stage covers these too,
             for patch, v in decisions:  # off the start-up path (~9 ms in a process with vLLM's engine loaded)
-                self._watch_stale(patch, v.place)
+                self.stale.watch(patch, v.place)
         else:
-            self._report_stale(decisions)
+            self.stale.report(decisions)
         for patch, v in decisions:
             self._apply_one(patch, v)
             if self.lazy:
-                self._watch_late_copies(patch)
-        self._fail_closed()
+                self.waiting.watch_late_copies(patch)
+        self.ledger.fail_closed()
         for patch, entry, d in deferred:
-            self._watch(patch, entry, stage, cfg, d.module)
+            self.waiting.watch(patch, entry, stage, cfg, d.module)
         self.flush()
         self._log_summary(stage)
 
     def _apply_one(self, patch: Patch, v: Verified) -> None:
         rec = self.records[patch.id]
-        self.decided.discard(patch.id)
+        self.decider.done(patch.id)
         kind = kind_of(patch)
         try:
             if v.already:
@@ -283,7 +233,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             rec.detail.update(detail)
         except Exception as exc:  # an install error is recorded, never swallowed
             if patch.required:
-                self._required_failed(patch, "apply", f"{type(exc).__name__}: {exc}")
+                self.ledger.required_failed(patch, "apply", f"{type(exc).__name__}: {exc}")
             else:
                 rec.set(FAILED, "apply", f"{type(exc).__name__}: {exc}")
             return
@@ -293,7 +243,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         if applied is not None and patch.target and kind.installs_function:
             self._record_stack(patch)
         if v.later_uses:
-            self._watch_uses(patch, next((e for p, e, _ in self.plan if p.id == patch.id), None), v.later_uses)
+            self.waiting.watch_uses(patch, next((e for p, e, _ in self.plan if p.id == patch.id), None), v.later_uses)
 
     def _record_stack(self, patch: Patch) -> None:
         """Several patches on one target: every one of them records the order (innermost first)."""
@@ -303,18 +253,6 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             for key in stack:
                 self.records[key.split("@")[0]].detail["stack"] = (
                     f"{len(stack)} patches on {patch.target}, innermost first: {' < '.join(stack)}")
-
-    def _fail_closed(self) -> None:
-        bad = [r for r in self.records.values() if r.required and r.state == FAILED]
-        for r in self.records.values():
-            if r.state == FAILED and not r.required and r.warning is None:
-                self._warn(r, f"optional patch {r.patch} failed ({r.code}): {r.reason}; "
-                              f"expected {r.expected}, found {r.found}")
-        if bad:
-            exc = RequiredPatchFailed(bad[0])
-            self.process.error = str(exc)
-            self.flush()
-            raise exc
 
     # -- record -------------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -343,7 +281,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
                 applied.ctx.publish(self.records[pid].detail)
         steps = max(steps_by_role.values()) if steps_by_role else None
         self.process.steps = steps
-        self._report_not_built(steps)
+        self.standing.report_not_built(steps)
         if self is runtime.current():  # the process's loader: the plugin components' counters are this process's
             counted, self.process.counters = runtime.counters()
             total += counted
@@ -357,7 +295,7 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
         if not self.write_records or os.getpid() != self.process.pid:
             return None
         with self._flushing:
-            self.check_in_place()
+            self.standing.check_in_place()
             self.sync_calls()
             self.process.updated = time.time()
             self.process.patches = list(self.records.values())
@@ -374,17 +312,20 @@ class Loader(Decisions, Waiting, StaleWatch, Standing, Hosting):
             f" warned_ids={','.join(r.patch for r in self.records.values() if r.warning)}" if c["warnings"] else "",
         )
 
+    # -- after apply: what the flusher asks ---------------------------------
+    def check_in_place(self) -> int:
+        """Applied patches whose object a later `setattr` replaced (standing.py); returns how many were new."""
+        return self.standing.check_in_place()
+
+    def rescan_stale(self) -> int:
+        """The full stale-copy search, off the start-up path (stale_watch.py); returns the new findings."""
+        return self.stale.rescan()
+
     # -- undo ---------------------------------------------------------------
     def unpatch(self) -> None:
         """Put back the exact original objects, newest first; drop the hooks still waiting for an import."""
-        if self.waiting_on or self.lazy:
-            from vllm_patchkit.runtime.lazy import HOOK
-
-            HOOK.forget(self)
-        for pid in list(self.waiting_on):
-            self.records[pid].set(PENDING, None, "unpatched")
-        self.waiting_on.clear()
-        self.stale_watch.clear()
+        self.waiting.forget()
+        self.stale.clear()
         for pid in reversed(list(self.applied)):
             self.applied.pop(pid).undo()
             self.records[pid].set(PENDING, None, "unpatched")

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.kinds import kind_of
+from vllm_patchkit.runtime.ledger import Ledger
 from vllm_patchkit.runtime.verify import Verified, stale_copies
 from vllm_patchkit.upstream.targets import function_of, main_aliases
 from vllm_patchkit.upstream.findings import Finding
@@ -18,27 +19,37 @@ log = logging.getLogger("vllm.patchkit")
 
 
 class StaleWatch:
-    """The Loader's stale-copy searches (a mixin)."""
+    """The stale-copy searches of one process; owns `originals`: id(original) -> (patch id, declared places, the
+    original), for every applied function patch. Reads the applied patches (only those still applied are searched
+    again) and writes findings into the ledger's records."""
 
-    def _watch_stale(self, patch: Patch, place: Any) -> Optional[int]:
+    def __init__(self, ledger: Ledger, applied: dict[str, Applied]):
+        self.ledger = ledger
+        self.applied = applied
+        self.originals: dict[int, tuple[str, set[str], Any]] = {}
+
+    def watch(self, patch: Patch, place: Any) -> Optional[int]:
         """Remember an applied (or about to be) function patch's original for the stale-copy searches."""
         if place is None or place.owner_is_class or not kind_of(patch).installs_function:
             return None
         declared = {patch.target, *patch.copies}
         original = function_of(place.get_raw())
-        self.stale_watch[id(original)] = (patch.id, declared, original)
+        self.originals[id(original)] = (patch.id, declared, original)
         return id(original)
 
-    def _watch_stale_applied(self, patch: Patch, applied: Applied) -> None:
+    def watch_applied(self, patch: Patch, applied: Applied) -> None:
         """A patch applied lazily: its original is known from the install (the target holds the wrapper now)."""
         place = applied.places[0][0]
         if applied.original is not None and not place.owner_is_class and kind_of(patch).installs_function:
-            self.stale_watch[id(applied.original)] = (patch.id, {patch.target, *patch.copies}, applied.original)
+            self.originals[id(applied.original)] = (patch.id, {patch.target, *patch.copies}, applied.original)
 
-    def _stale_findings(self, found: dict[str, list[str]]) -> int:
+    def clear(self) -> None:
+        self.originals.clear()
+
+    def _findings(self, found: dict[str, list[str]]) -> int:
         new = 0
         for pid, places in found.items():
-            rec = self.records[pid]
+            rec = self.ledger.records[pid]
             seen = {f.get("where") for f in rec.findings if f.get("code") == "stale_copy"}
             for where in places:
                 if where in seen:
@@ -49,29 +60,29 @@ class StaleWatch:
                 new += 1
         return new
 
-    def _originals(self, ids) -> dict[int, tuple[str, set[str]]]:
+    def _searched(self, ids) -> dict[int, tuple[str, set[str]]]:
         out = {}
         for key in ids:
-            pid, declared, _ = self.stale_watch[key]
+            pid, declared, _ = self.originals[key]
             out[key] = (pid, declared | set(main_aliases(declared)))  # `python -m` runs a module as __main__
         return out
 
-    def _report_stale(self, decisions: list[tuple[Patch, Verified]]) -> None:
+    def report(self, decisions: list[tuple[Patch, Verified]]) -> None:
         """At a stage: the by-name search (every name in vLLM's modules, the target's own name elsewhere)."""
         names: dict[str, list[int]] = {}
         for patch, v in decisions:
-            key = self._watch_stale(patch, v.place)
+            key = self.watch(patch, v.place)
             if key is not None:
                 names.setdefault(v.place.attr, []).append(key)
         keys = [k for ks in names.values() for k in ks]
-        self._stale_findings(stale_copies(self._originals(keys), names))
+        self._findings(stale_copies(self._searched(keys), names))
 
-    def rescan_stale(self) -> int:
+    def rescan(self) -> int:
         """Every name of every module, for every applied function patch: the copies bound after start-up (the
         plugin's own modules, model code, targets applied lazily) and under other names (`from x import f as
         g`). The flusher runs it off the start-up path (~30 ms with vLLM's engine loaded); returns the new
         findings."""
-        live = [k for k, (pid, _, _) in self.stale_watch.items() if pid in self.applied]
+        live = [k for k, (pid, _, _) in self.originals.items() if pid in self.applied]
         if not live:
             return 0
-        return self._stale_findings(stale_copies(self._originals(live)))
+        return self._findings(stale_copies(self._searched(live)))

@@ -7,6 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from vllm_patchkit.declaration.patchsets import PatchSet
+from vllm_patchkit.runtime.applied import Applied
+from vllm_patchkit.runtime.ledger import Ledger
 from vllm_patchkit.runtime.wrappers import MARK
 from vllm_patchkit.runtime.kinds import kind_of
 from vllm_patchkit.runtime.record import APPLIED, FAILED
@@ -19,7 +22,13 @@ log = logging.getLogger("vllm.patchkit")
 
 
 class Standing:
-    """The Loader's after-apply checks (a mixin)."""
+    """The after-apply checks of one process: no state of its own; reads the applied patches and the patch set,
+    writes outcomes and findings into the ledger."""
+
+    def __init__(self, ledger: Ledger, applied: dict[str, Applied], patch_set: PatchSet):
+        self.ledger = ledger
+        self.applied = applied
+        self.patch_set = patch_set
 
     def check_in_place(self) -> int:
         """Every applied wrap/replace must still stand at its places: a plugin loaded after this loader ran may
@@ -30,7 +39,7 @@ class Standing:
         Returns the patches newly found replaced."""
         new = 0
         for pid, applied in list(self.applied.items()):
-            rec = self.records.get(pid)
+            rec = self.ledger.records.get(pid)
             kind = kind_of(applied.patch)
             if rec is None or rec.state != APPLIED or applied.installed is None or not kind.installs_function:
                 continue
@@ -54,19 +63,19 @@ class Standing:
                 expected = f"{applied.patch.key} installed at {place.spec}"
                 found = site if getattr(now, MARK, None) is None else f"{site} (another patch: {getattr(now, MARK)})"
                 if applied.patch.required:
-                    self._required_failed(applied.patch, "replaced_after_apply", reason, expected, found)
+                    self.ledger.required_failed(applied.patch, "replaced_after_apply", reason, expected, found)
                 else:
                     rec.set(FAILED, "replaced_after_apply", reason, expected, found)
-                    self._warn(rec, f"optional patch {rec.patch} failed (replaced_after_apply): {reason}")
+                    self.ledger.warn(rec, f"optional patch {rec.patch} failed (replaced_after_apply): {reason}")
                 if rec.state == FAILED:
                     log.error("vllm-patchkit: %s: %s", rec.patch, reason)
                 new += 1
                 break
         return new
 
-    def _report_shadowed(self, in_use: dict[str, str]) -> None:
+    def report_shadowed(self, in_use: dict[str, str]) -> None:
         """Applied class-level patches that the classes this process uses can never reach."""
-        for rec in self.records.values():
+        for rec in self.ledger.records.values():
             patch = self.patch_set.patches.get(rec.patch)
             if rec.state != APPLIED or rec.target is None or patch is None or not kind_of(patch).installs_function:
                 continue
@@ -78,7 +87,7 @@ class Standing:
                 log.warning("vllm-patchkit: %s is shadowed: %s overrides %s without calling it; the patch can never run",
                             rec.patch, by, rec.target)
 
-    def _report_not_built(self, steps: Optional[int]) -> None:
+    def report_not_built(self, steps: Optional[int]) -> None:
         """What only running reveals, each kind for its own patches (a selected subclass vLLM never built)."""
         for pid, applied in self.applied.items():
-            kind_of(applied.patch).report(applied, self.records[pid], steps)
+            kind_of(applied.patch).report(applied, self.ledger.records[pid], steps)

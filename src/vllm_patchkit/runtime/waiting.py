@@ -7,13 +7,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
-from vllm_patchkit.runtime.decide import Deferred, NeededButUnavailable
+from vllm_patchkit.runtime.applied import Applied
+from vllm_patchkit.runtime.decide import Deferred, NeededButUnavailable, Outcome
 from vllm_patchkit.runtime import nearest
+from vllm_patchkit.runtime.ledger import Ledger
 from vllm_patchkit.runtime.lazy import HOOK
 from vllm_patchkit.runtime.record import APPLIED, FAILED, NOT_IMPORTED, PENDING
 from vllm_patchkit.runtime.verify import Verified, verify_use
@@ -23,89 +25,117 @@ from vllm_patchkit.upstream.findings import Finding
 log = logging.getLogger("vllm.patchkit")
 
 
-class Waiting:
-    """The Loader's lazy targets (a mixin)."""
+def _imported(module: str) -> bool:
+    """Executed already (not half-way through its own import): the finder will not be asked for it again."""
+    mod = sys.modules.get(module)
+    return mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False)
 
-    def _defer(self, patch: Patch, d: Deferred) -> None:
+
+class Waiting:
+    """The loader's watches on modules not imported yet; owns `waiting_on` (patch id -> the module whose import it
+    waits for) and every watch it set on the import hook. When a module comes, it asks the loader's pipeline,
+    handed in as callbacks: `decide` (the Decider's), `apply` (install and record one verified patch), `applied_late`
+    (a patch applied here: the stale-copy watch takes it)."""
+
+    def __init__(self, ledger: Ledger, applied: dict[str, Applied], *, pins_of: Any,
+                 decide: Callable[[Patch, Optional[ManifestEntry], str, Optional[dict]], Outcome],
+                 apply: Callable[[Patch, Verified], None], applied_late: Callable[[Patch, Applied], None]):
+        self.ledger = ledger
+        self.applied = applied
+        self.pins_of = pins_of
+        self.decide = decide
+        self.apply = apply
+        self.applied_late = applied_late
+        self.waiting_on: dict[str, str] = {}
+
+    def waits_for(self, pid: str) -> Optional[str]:
+        """The module `pid` waits for, or None."""
+        return self.waiting_on.get(pid)
+
+    def defer(self, patch: Patch, d: Deferred) -> None:
         self.waiting_on[patch.id] = d.module
-        self.records[patch.id].set(
+        self.ledger.records[patch.id].set(
             NOT_IMPORTED, "not_imported",
             f"needed here; {d.because}: verified and applied when it is imported. Still in this state at the "
             "end: the module was never imported in this process, so the code it changes never ran here",
             f"{d.module} imported", "not imported")
 
-    def _watch(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
-               module: str) -> None:
-        mod = sys.modules.get(module)
-        if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+    def watch(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
+              module: str) -> None:
+        if _imported(module):
             # imported since it was deferred (another patch's `uses` or implementation imported it): the
             # finder will not be asked again, so judge it now
             self._on_import(patch, entry, stage, cfg, module)
             return
         HOOK.watch(module, self, lambda mod: self._on_import(patch, entry, stage, cfg, module))
 
+    def forget(self) -> None:
+        """Unpatch: every watch dropped; what still waited goes back to pending."""
+        HOOK.forget(self)
+        for pid in self.waiting_on:
+            self.ledger.records[pid].set(PENDING, None, "unpatched")
+        self.waiting_on.clear()
+
     def _on_import(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
                    module: str) -> None:
         """`module` has just executed: judge the patch again (its target now resolves), verify against the
         pin, apply, record, flush. A required patch that fails here fails that import, naming the patch."""
-        rec = self.records[patch.id]
+        ledger = self.ledger
+        rec = ledger.records[patch.id]
         if rec.state != NOT_IMPORTED or self.waiting_on.get(patch.id) != module:
             return  # unpatched meanwhile, or already judged: never applied twice
         del self.waiting_on[patch.id]
         rec.set(PENDING)
-        outcome = self._decide(patch, entry, stage, cfg)
+        outcome = self.decide(patch, entry, stage, cfg)
         if isinstance(outcome, Deferred):  # it also waits for another module (its own target, after a dependency)
-            self._defer(patch, outcome)
-            self._watch(patch, entry, stage, cfg, outcome.module)
-            self.flush()
+            self.defer(patch, outcome)
+            self.watch(patch, entry, stage, cfg, outcome.module)
+            ledger.flush()
             return
         if isinstance(outcome, NeededButUnavailable):  # a deferral passed availability: defensive, never silent
-            self._refuse_unavailable(patch, outcome.why, f"{module} was imported and the patch is needed here")
+            ledger.refuse_unavailable(patch, outcome.why, f"{module} was imported and the patch is needed here")
         if isinstance(outcome, Verified):
-            self._apply_one(patch, outcome)
+            self.apply(patch, outcome)
             if rec.state == APPLIED:
                 rec.detail["lazy"] = f"applied when {module} was imported"
                 applied = self.applied.get(patch.id)
                 if applied is not None and applied.places:
-                    self._watch_stale_applied(patch, applied)
-                self._watch_late_copies(patch)
+                    self.applied_late(patch, applied)
+                self.watch_late_copies(patch)
         if rec.state == FAILED and patch.required:
             self._fail_import(rec, module)
         if rec.state == FAILED and rec.warning is None:
-            self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({rec.code}): "
-                            f"{rec.reason}; expected {rec.expected}, found {rec.found}")
-        self.flush()
-        log.info("vllm-patchkit: role=%s pid=%d %s %s when %s was imported", self.role, os.getpid(), rec.patch,
-                 rec.state, module)
+            ledger.warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({rec.code}): "
+                             f"{rec.reason}; expected {rec.expected}, found {rec.found}")
+        ledger.flush()
+        log.info("vllm-patchkit: role=%s pid=%d %s %s when %s was imported", ledger.process.role, os.getpid(),
+                 rec.patch, rec.state, module)
 
     def _fail_import(self, rec, module: str) -> None:
         """A required patch failed while `module` was imported: that import fails, naming the patch, and so does
         every later import of it (a caller that catches the error and imports again)."""
         exc = RequiredPatchFailed(rec)
-        self.process.error = str(exc)
-        log.error("%s", exc)
-        self.flush()
 
         def again(mod, exc=exc):
             raise exc
 
         HOOK.keep_failing(module, self, again)
-        raise exc
+        self.ledger.stop(exc, log_it=True)
 
-    def _watch_uses(self, patch: Patch, entry: Optional[ManifestEntry], specs: list[str]) -> None:
+    def watch_uses(self, patch: Patch, entry: Optional[ManifestEntry], specs: list[str]) -> None:
         """`uses` places whose module vLLM had not imported when the patch applied: verified the moment it is (the
         front end's config-ready hook pins the model registry, which vLLM imports while it builds the config)."""
         for spec in specs:
             module = spec.partition(":")[0]
-            mod = sys.modules.get(module)
-            if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            if _imported(module):
                 self._on_use_import(patch, entry, spec, module)
             else:
                 HOOK.watch(module, self, lambda mod, spec=spec, module=module: self._on_use_import(patch, entry, spec,
                                                                                                   module))
 
     def _on_use_import(self, patch: Patch, entry: Optional[ManifestEntry], spec: str, module: str) -> None:
-        rec = self.records[patch.id]
+        ledger = self.ledger
+        rec = ledger.records[patch.id]
         applied = self.applied.get(patch.id)
         if rec.state != APPLIED or applied is None:
             return  # unpatched meanwhile
@@ -115,18 +145,18 @@ class Waiting:
             return
         self.applied.pop(patch.id).undo()  # it must not run on a callable that is no longer what was pinned
         if self.pins_of is not None:
-            found = nearest.judged(found, self.pins_of, self.vllm_version)
+            found = nearest.judged(found, self.pins_of, ledger.vllm_version)
         reason = f"{found.reason} (verified when {module} was imported; the patch was taken back)"
         if patch.required:
-            self._required_failed(patch, found.code, reason, found.expected, found.found)
+            ledger.required_failed(patch, found.code, reason, found.expected, found.found)
         else:
             rec.set(FAILED, found.code, reason, found.expected, found.found)
-            self._warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({found.code}): {reason}")
+            ledger.warn(rec, f"optional patch {rec.patch} failed when {module} was imported ({found.code}): {reason}")
         if rec.state == FAILED and patch.required:
             self._fail_import(rec, module)
-        self.flush()
+        ledger.flush()
 
-    def _watch_late_copies(self, patch: Patch) -> None:
+    def watch_late_copies(self, patch: Patch) -> None:
         """Declared copies whose module is not imported yet: patched when it is, if it then holds the original
         (normally it takes the patched object by value and there is nothing to do)."""
         applied = self.applied.get(patch.id)
@@ -141,7 +171,7 @@ class Waiting:
         applied = self.applied.get(pid)
         if applied is None or spec not in applied.late_copies:
             return
-        rec = self.records[pid]
+        rec = self.ledger.records[pid]
         try:
             place = resolve(spec, import_module=False)
             held = place.get_raw()
@@ -158,4 +188,4 @@ class Waiting:
                 rec.findings.append(Finding("copy", f"declared copy {spec} holds a different object: "
                                             f"{repr(held)[:120]}", where=spec).as_record())
                 log.warning("vllm-patchkit: %s: declared copy %s holds a different object", rec.patch, spec)
-        self.flush()
+        self.ledger.flush()

@@ -1,8 +1,7 @@
 """Sites made by assignment: `X.m = f`, `setattr`-like stores into `__dict__` or `sys.modules`, `os.environ[...]`,
 a config field set to a plugin class. Each is told apart (wrap, replace, class swap, a plain value) by what the
-assigned value is and whether the installed function reaches the original. Also where every recogniser records its
-site (`add`, one site per place however often the place is read) and the config-field choice the call and dict
-recognisers share.
+assigned value is and whether the installed function reaches the original. Also the config-field choice the call
+and dict recognisers share (`config_field`).
 """
 
 from __future__ import annotations
@@ -11,9 +10,10 @@ import ast
 from typing import Any, Optional
 
 from vllm_patchkit.tools.scan.call_hints import CallHints
-from vllm_patchkit.tools.scan.model import Site
+from vllm_patchkit.tools.scan.context import FileContext
 from vllm_patchkit.tools.scan.references import References, _is_self
 from vllm_patchkit.tools.scan.syntax import _const_scalar, _const_str, _short, is_vllm
+from vllm_patchkit.tools.scan.value_sets import ValueSets
 
 #: Config fields whose value selects a class vLLM builds, -> the VllmConfig path of the field.
 CONFIG_FIELDS = {
@@ -28,64 +28,53 @@ CONFIG_FIELDS = {
 }
 
 
-class AssignmentSites(CallHints):
-    """Sites of one file (`path`) found so far, and the recognisers of the assignments that make them."""
+class AssignmentSites:
+    """The recognisers of the assignments that make sites, in one file (`ctx`); they read names (`refs`), loop
+    values (`vsets`), and tell the hint passes (`hints`) which functions are installed on vLLM classes."""
 
-    def __init__(self, path: str, module: str, plugin_tops: set[str], is_package: bool = False,
-                 release: Any = None, plugin_returns: Optional[dict[str, list[tuple]]] = None):
-        super().__init__(module, plugin_tops, is_package, release, plugin_returns)
-        self.path = path
-        self.sites: list[Site] = []
-        self._seen_sites: set[tuple] = set()
+    def __init__(self, ctx: FileContext, refs: References, vsets: ValueSets, hints: CallHints):
+        self.ctx = ctx
+        self.refs = refs
+        self.vsets = vsets
+        self.hints = hints
 
-    def add(self, mechanism: str, node: ast.AST, dotted: Optional[str] = None, what: str = "", **facts) -> Site:
-        site = Site(mechanism, self.path, getattr(node, "lineno", 0), dotted, what=what, facts=facts)
-        # a statement read once per value of a loop or per call of its function gives its site once per value
-        # that changes it: the same place found again is the same site
-        key = (mechanism, site.line, getattr(node, "col_offset", 0), dotted, what)
-        if key in self._seen_sites:
-            return site
-        self._seen_sites.add(key)
-        self.sites.append(site)
-        return site
-
-    def _assign(self, t: ast.AST, value: ast.AST, node: ast.AST) -> None:
+    def assign(self, t: ast.AST, value: ast.AST, node: ast.AST) -> None:
         if isinstance(t, (ast.Tuple, ast.List)):
             vals = value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(t.elts) else None
             for i, el in enumerate(t.elts):
                 if vals is not None:
-                    self._assign(el, vals[i], node)
+                    self.assign(el, vals[i], node)
             return
         if isinstance(t, ast.Subscript):
             key = _const_str(t.slice)
-            owner = self.resolve(t.value)
+            owner = self.refs.resolve(t.value)
             if owner and owner[0] == "ext" and owner[1] == "sys.modules" and is_vllm(key):
-                self.add("sys_modules", node, key, f"sys.modules[{key!r}] = {_short(value)}")
+                self.ctx.add("sys_modules", node, key, f"sys.modules[{key!r}] = {_short(value)}")
             elif owner and owner[0] == "ext" and owner[1] == "os.environ" and key and key.startswith("VLLM"):
-                self.add("env", node, None, f"{key} = {_short(value)} (overwrites)", env=key,
+                self.ctx.add("env", node, None, f"{key} = {_short(value)} (overwrites)", env=key,
                          value=_const_scalar(value), overwrites=True)
             elif owner and owner[0] == "vllm" and isinstance(t.value, ast.Attribute) and t.value.attr == "__dict__" and key:
-                self._vllm_set(f"{owner[1]}".removesuffix(".__dict__") + f".{key}", value, node, False)
+                self.vllm_set(f"{owner[1]}".removesuffix(".__dict__") + f".{key}", value, node, False)
             return
         if not isinstance(t, ast.Attribute):
             return
         if t.attr in CONFIG_FIELDS:
-            self._config_field(t.attr, value, node)
+            self.config_field(t.attr, value, node)
             return
-        owner = self.resolve(t.value)
+        owner = self.refs.resolve(t.value)
         if _is_self(owner):
             return
         if owner is None:
             if not (isinstance(t.value, ast.Name) and t.value.id == "self"):
                 self._unresolved(t, value, node)
-            if _is_method_type(self, value):
-                self.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
-                         impl=self._callable_ref(value.args[0] if value.args else None))
+            if _is_method_type(self.refs, value):
+                self.ctx.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
+                         impl=self.refs.callable_ref(value.args[0] if value.args else None))
             return
         if owner[0] == "vllm":
-            self._vllm_set(f"{owner[1]}.{t.attr}", value, node, False)
+            self.vllm_set(f"{owner[1]}.{t.attr}", value, node, False)
         elif owner[0] == "inst":
-            self._vllm_set(f"{owner[1]}.{t.attr}", value, node, True)
+            self.vllm_set(f"{owner[1]}.{t.attr}", value, node, True)
         elif owner[0] == "vllm_inst":  # an object a vLLM object holds (runner.kv_cache_manager): class unknown
             self._unresolved(t, value, node)
 
@@ -103,25 +92,25 @@ class AssignmentSites(CallHints):
                     .replace("Store()", "Load()"))
 
         if isinstance(value, ast.Call):
-            f = self.resolve(value.func)
+            f = self.refs.resolve(value.func)
             if f is not None and f[0] in ("func", "plugin") and any(
                     is_same(sub) for a in value.args for sub in ast.walk(a)):
-                self.add("wrap", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr, unresolved=_short(t.value),
+                self.ctx.add("wrap", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr, unresolved=_short(t.value),
                          impl=f, calls_original=True)
             return
-        ref = self._callable_ref(value)
+        ref = self.refs.callable_ref(value)
         if ref is None or ref[0] != "func" or len(ref) < 3 or isinstance(ref[2], ast.Lambda):
             return
         saved = set()
-        for scope in self.scopes[1:]:
+        for scope in self.ctx.scopes[1:]:
             for name, b in scope.items():
                 if isinstance(b, tuple) and b[0] == "expr" and is_same(b[1]):
                     saved.add(name)
         if saved and any(isinstance(sub, ast.Name) and sub.id in saved for sub in ast.walk(ref[2])):
-            self.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
+            self.ctx.add("instance_attr", node, None, f"{_short(t)} = {_short(value)}", attr=t.attr,
                      unresolved=_short(t.value), impl=ref, calls_original=True)
 
-    def _vllm_set(self, dotted: str, value: ast.AST, node: ast.AST, instance: bool) -> None:
+    def vllm_set(self, dotted: str, value: ast.AST, node: ast.AST, instance: bool) -> None:
         if dotted.split(".")[-1] in ("__class__",):
             return
         what = _short(value)
@@ -130,57 +119,57 @@ class AssignmentSites(CallHints):
                 ("classmethod", "staticmethod", "property") and len(value.args) == 1):
             wrapper_kind = value.func.id
             value = value.args[0]
-        if self._hinting and not instance:
-            self._note_installed(dotted, value, wrapper_kind)
+        if self.hints.hinting and not instance:
+            self.hints.note_installed(dotted, value, wrapper_kind)
         if isinstance(value, ast.Call):
-            f = self.resolve(value.func)
+            f = self.refs.resolve(value.func)
             fname = f[1] if f is not None and f[0] in ("ext", "vllm", "plugin") else ""
             if fname.endswith("MethodType") and value.args:
-                ref = self._callable_ref(value.args[0])
-                self.add("instance_attr" if instance else "wrap", node, dotted, what, instance=True, impl=ref,
+                ref = self.refs.callable_ref(value.args[0])
+                self.ctx.add("instance_attr" if instance else "wrap", node, dotted, what, instance=True, impl=ref,
                          calls_original=self._calls_original(ref, dotted))
                 return
             if fname.endswith(("functools.partial", "functools.partialmethod")) and value.args:
-                ref = self._callable_ref(value.args[0])
+                ref = self.refs.callable_ref(value.args[0])
                 orig = self._refers_to(value, dotted)
-                self.add("wrap" if orig else "replace", node, dotted, what, instance=instance, impl=ref,
+                self.ctx.add("wrap" if orig else "replace", node, dotted, what, instance=instance, impl=ref,
                          calls_original=orig)
                 return
             if self._refers_to(value, dotted):
-                self.add("wrap", node, dotted, what, instance=instance, impl=f,
+                self.ctx.add("wrap", node, dotted, what, instance=instance, impl=f,
                          wrapper=_short(value.func), calls_original=True)
                 return
             if f is not None and f[0] in ("func", "plugin") and _is_wrapper_factory(f):
-                self.add("wrap", node, dotted, what, instance=instance, impl=f, wrapper=_short(value.func),
+                self.ctx.add("wrap", node, dotted, what, instance=instance, impl=f, wrapper=_short(value.func),
                          calls_original=None)
                 return
-            self.add("setattr", node, dotted, what, instance=instance, value_kind="object")
+            self.ctx.add("setattr", node, dotted, what, instance=instance, value_kind="object")
             return
-        ref = self._callable_ref(value)
+        ref = self.refs.callable_ref(value)
         if ref is not None and ref[0] == "func":
             orig = self._calls_original(ref, dotted)
-            self.add("wrap" if orig else "replace", node, dotted, what, instance=instance, impl=ref,
+            self.ctx.add("wrap" if orig else "replace", node, dotted, what, instance=instance, impl=ref,
                      calls_original=orig)
             return
         if ref is not None and (ref[0] == "class" or (ref[0] == "plugin" and ref[1].split(".")[-1][:1].isupper())):
-            self.add("class_swap", node, dotted, what, instance=instance, impl=ref)
+            self.ctx.add("class_swap", node, dotted, what, instance=instance, impl=ref)
             return
         if ref is not None and ref[0] in ("plugin", "plugin_attr"):
-            self.add("replace", node, dotted, what, instance=instance, impl=ref, calls_original=None)
+            self.ctx.add("replace", node, dotted, what, instance=instance, impl=ref, calls_original=None)
             return
         if ref is not None and ref[0] == "vllm":
-            self.add("setattr", node, dotted, what, instance=instance, value_kind="vllm", value_path=ref[1])
+            self.ctx.add("setattr", node, dotted, what, instance=instance, value_kind="vllm", value_path=ref[1])
             return
         lit = _literal(value)
         if lit is not _NO:
-            self.add("setattr", node, dotted, what, instance=instance, value_kind="literal", value=lit)
+            self.ctx.add("setattr", node, dotted, what, instance=instance, value_kind="literal", value=lit)
             return
-        self.add("setattr", node, dotted, what, instance=instance, value_kind="object")
+        self.ctx.add("setattr", node, dotted, what, instance=instance, value_kind="object")
 
     def _refers_to(self, e: ast.AST, dotted: str) -> bool:
         for sub in ast.walk(e):
             if isinstance(sub, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-                r = self.resolve(sub)
+                r = self.refs.resolve(sub)
                 if r is not None and r[0] in ("vllm", "vllm_inst") and r[1] == dotted:
                     return True
         return False
@@ -191,23 +180,23 @@ class AssignmentSites(CallHints):
             return None
         fn = ref[2]
         leaf = dotted.split(".")[-1]
-        self.scopes.append(self.collect(fn.body, fn.args) if not isinstance(fn, ast.Lambda) else {})
+        self.ctx.scopes.append(self.refs.collect(fn.body, fn.args) if not isinstance(fn, ast.Lambda) else {})
         try:
             for sub in ast.walk(fn):
                 if isinstance(sub, ast.Name) and sub.id in ("wrapped", "original", "orig", "_orig", "_original",
                                                             "old", "_old", "fn", "func") and isinstance(sub.ctx, ast.Load):
-                    b, _ = self.lookup(sub.id)
+                    b, _ = self.ctx.lookup(sub.id)
                     if b is None or b[0] == "expr":
-                        r = self.resolve(sub)
+                        r = self.refs.resolve(sub)
                         if r is None or (r[0] in ("vllm", "vllm_inst") and r[1] == dotted):
                             return True
                 if isinstance(sub, (ast.Name, ast.Attribute)) and isinstance(getattr(sub, "ctx", None), ast.Load):
-                    r = self.resolve(sub)
+                    r = self.refs.resolve(sub)
                     if r is not None and r[0] in ("vllm", "vllm_inst") and r[1] == dotted:
                         return True
-                    if r is None and isinstance(sub, ast.Name) and (self.lookup(sub.id)[0] or ("",))[0] == "expr":
+                    if r is None and isinstance(sub, ast.Name) and (self.ctx.lookup(sub.id)[0] or ("",))[0] == "expr":
                         # a name bound to one of several objects (`current = getattr(modules[0], NAME)`)
-                        if any(v[0] in ("vllm", "vllm_inst") and v[1] == dotted for v in self._values(sub, 0)):
+                        if any(v[0] in ("vllm", "vllm_inst") and v[1] == dotted for v in self.vsets.values(sub, 0)):
                             return True
                 if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == leaf
                         and isinstance(sub.func.value, ast.Call) and isinstance(sub.func.value.func, ast.Name)
@@ -215,10 +204,10 @@ class AssignmentSites(CallHints):
                     return True
             return False
         finally:
-            self.scopes.pop()
+            self.ctx.scopes.pop()
 
-    def _config_field(self, name: str, value: ast.AST, node: ast.AST) -> None:
-        ref = self.resolve(value)
+    def config_field(self, name: str, value: ast.AST, node: ast.AST) -> None:
+        ref = self.refs.resolve(value)
         text = _const_str(value)
         cls = None
         if ref is not None and ref[0] in ("class", "plugin"):
@@ -231,7 +220,7 @@ class AssignmentSites(CallHints):
             return  # a field copied from another config (x.scheduler_cls = y.scheduler_cls) is not a choice
         if cls is None and isinstance(value, ast.Constant) and value.value in (None, "auto", ""):
             return  # vLLM's default put back
-        self.add("config_field", node, None, f"{name} = {_short(value)}", field=name, config_field=CONFIG_FIELDS[name],
+        self.ctx.add("config_field", node, None, f"{name} = {_short(value)}", field=name, config_field=CONFIG_FIELDS[name],
                  cls=cls)
 
 

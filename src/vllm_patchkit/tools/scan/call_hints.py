@@ -10,30 +10,54 @@ its reading in hint mode while these grow, then reads the file once more to keep
 from __future__ import annotations
 
 import ast
-from typing import Any, Optional
+from typing import Optional
 
-from vllm_patchkit.tools.scan.references import SELF
+from vllm_patchkit.tools.scan.context import FileContext
+from vllm_patchkit.tools.scan.references import SELF, References
 from vllm_patchkit.tools.scan.syntax import _short
-from vllm_patchkit.tools.scan.value_sets import MAX_VALUES, ValueSets
+from vllm_patchkit.tools.scan.value_sets import MAX_VALUES
 
 
-class CallHints(ValueSets):
-    """What the hint passes learn about the file's functions (`call_bindings`, kept by `References`, is the
-    parameter bindings of the pass before; `_next_bindings` the ones this pass gathers)."""
+class CallHints:
+    """What the hint passes learn about the file's functions: owns the bindings this pass gathers (the context
+    keeps those of the pass before, `call_bindings`, which every pass reads), the functions installed on vLLM
+    classes and the overrides' annotations. `hinting`: a hint pass is under way (the recognisers note, not add)."""
 
-    def __init__(self, module: str, plugin_tops: set[str], is_package: bool = False, release: Any = None,
-                 plugin_returns: Optional[dict[str, list[tuple]]] = None):
-        super().__init__(module, plugin_tops, is_package, release, plugin_returns)
+    def __init__(self, ctx: FileContext, refs: References):
+        self.ctx = ctx
+        self.refs = refs
         self._next_bindings: dict[int, list[dict[str, tuple]]] = {}
         # functions installed as methods of a vLLM class: (their first parameter, their other parameters' objects)
         self.installed_self: dict[int, tuple] = {}
         self.override_hints: dict[int, dict[str, tuple]] = {}  # a vLLM method's annotations, for its overrides
-        self._hinting = False
+        self._installed_before: dict[int, tuple] = {}
+        self.hinting = False
 
-    def _hint_params(self, fn: ast.AST, node: ast.Call, skip_first: bool = False) -> None:
+    # -- the passes: the walk (sites.py) asks for them until what they learn stops growing
+    def reset(self) -> None:
+        self.ctx.call_bindings, self.installed_self, self.override_hints = {}, {}, {}
+
+    def start_pass(self) -> None:
+        self.hinting, self._next_bindings = True, {}
+        self._installed_before = dict(self.installed_self)
+
+    def end_pass(self) -> bool:
+        """The bindings this pass gathered become the ones read; True when the pass learned something new."""
+        changed = self._next_bindings != self.ctx.call_bindings or self._installed_before != self.installed_self
+        self.ctx.call_bindings = self._next_bindings
+        return changed
+
+    def stop(self) -> None:
+        self.hinting = False
+
+    def note_override(self, method: ast.AST, types: dict[str, str]) -> None:
+        """A subclass method's parameters are what vLLM passes the method it overrides (the release's types)."""
+        self.override_hints[id(method)] = {k: ("inst", v) for k, v in types.items()}
+
+    def hint_params(self, fn: ast.AST, node: ast.Call, skip_first: bool = False) -> None:
         """Record (hint passes) one call of a function of the file: its parameters bound to the arguments that
         are vLLM objects, or strings the function uses as attribute names (`setattr(cls, name, ...)`)."""
-        if not self._hinting:
+        if not self.hinting:
             return
         params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]][1 if skip_first else 0:]
         given = list(zip(params, node.args)) + [(k.arg, k.value) for k in node.keywords if k.arg]
@@ -42,7 +66,7 @@ class CallHints(ValueSets):
         for name, arg in given:
             if isinstance(arg, ast.Starred):
                 break
-            r = self.resolve(arg)
+            r = self.refs.resolve(arg)
             if r is not None and (r[0] in ("vllm", "inst") or (
                     r[0] == "lit" and isinstance(r[1], str) and name in names)):
                 binding[name] = r[:2]
@@ -52,11 +76,11 @@ class CallHints(ValueSets):
         if binding not in calls and len(calls) <= MAX_VALUES:
             calls.append(binding)
 
-    def _note_installed(self, dotted: str, value: ast.AST, wrapper_kind: Optional[str]) -> None:
+    def note_installed(self, dotted: str, value: ast.AST, wrapper_kind: Optional[str]) -> None:
         """A function of the file installed as `vllm.C.m`: vLLM calls it as the method, so its first parameter
         is an object of C (the class itself for a classmethod; none for a staticmethod) and its other parameters
         are what C.m is annotated to take."""
-        ref = self._callable_ref(value)
+        ref = self.refs.callable_ref(value)
         if ref is None or ref[0] != "func" or len(ref) < 3 or not isinstance(
                 ref[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
             return
@@ -67,10 +91,10 @@ class CallHints(ValueSets):
         kind = wrapper_kind or ("classmethod" if "classmethod" in decos else
                                 "staticmethod" if "staticmethod" in decos else None)
         first = None if kind == "staticmethod" else ("vllm", owner) if kind == "classmethod" else ("inst", owner)
-        types = self._release_call("param_types", dotted) or {}
+        types = self.ctx.release_call("param_types", dotted) or {}
         self.installed_self[id(ref[2])] = (first, {k: ("inst", v) for k, v in types.items()})
 
-    def _hint_sets(self, node: ast.AST) -> list[dict[str, tuple]]:
+    def hint_sets(self, node: ast.AST) -> list[dict[str, tuple]]:
         """The parameter bindings to read a function's body with: one per distinct call of it (its arguments
         that are vLLM objects, or strings it uses as attribute names), each on top of what is known whatever
         the call (the first parameter of a function installed as a method of a vLLM class; the annotations of
@@ -83,7 +107,7 @@ class CallHints(ValueSets):
                 base[params[0]] = (*inst[0], SELF)  # marked: what the method sets on its own object is its own
             for name, ref in inst[1].items():
                 base.setdefault(name, ref)
-        sets = self.call_bindings.get(id(node)) or []
+        sets = self.ctx.call_bindings.get(id(node)) or []
         if not sets:
             return [base]
         if len(sets) > MAX_VALUES:

@@ -6,10 +6,11 @@ a config field passed as a keyword. Calls of the file's own functions and classe
 from __future__ import annotations
 
 import ast
-from typing import Any, Optional
 
 from vllm_patchkit.tools.scan.assignments import CONFIG_FIELDS, AssignmentSites
-from vllm_patchkit.tools.scan.references import _is_self
+from vllm_patchkit.tools.scan.call_hints import CallHints
+from vllm_patchkit.tools.scan.context import FileContext
+from vllm_patchkit.tools.scan.references import References, _is_self
 from vllm_patchkit.tools.scan.syntax import _const_scalar, _const_str, _short, is_vllm
 
 #: Registration entry points of vLLM's registries (the last name of the callee).
@@ -23,48 +24,50 @@ WRAPT_CALLS = ("wrap_function_wrapper", "patch_function_wrapper", "wrap_object",
                "function_wrapper_on", "transient_function_wrapper")
 
 
-class CallSites(AssignmentSites):
-    """The recognisers of calls and decorators; `loops` is what the walk pushes for a loop over literal names
-    (`for NAME in ("a", "b"): setattr(X, NAME, ...)`)."""
+class CallSites:
+    """The recognisers of calls and decorators in one file (`ctx`: its `loops` is what the walk pushes for a loop
+    over literal names, `for NAME in ("a", "b"): setattr(X, NAME, ...)`); a store they find is judged by the
+    assignment recognisers (`assigns`), a call of the file's own function noted for the hint passes (`hints`)."""
 
-    def __init__(self, path: str, module: str, plugin_tops: set[str], is_package: bool = False,
-                 release: Any = None, plugin_returns: Optional[dict[str, list[tuple]]] = None):
-        super().__init__(path, module, plugin_tops, is_package, release, plugin_returns)
-        self.loops: list[dict[str, list[str]]] = []
+    def __init__(self, ctx: FileContext, refs: References, hints: CallHints, assigns: AssignmentSites):
+        self.ctx = ctx
+        self.refs = refs
+        self.hints = hints
+        self.assigns = assigns
 
-    def _call(self, node: ast.Call) -> None:
-        f = self.resolve(node.func)
+    def call(self, node: ast.Call) -> None:
+        f = self.refs.resolve(node.func)
         if f is not None and f[0] == "func" and len(f) > 2 and isinstance(f[2], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self._hint_params(f[2], node)
+            self.hints.hint_params(f[2], node)
         elif f is not None and f[0] == "class" and len(f) > 2 and isinstance(f[2], ast.ClassDef):
             init = next((s for s in f[2].body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
             if init is not None:
-                self._hint_params(init, node, skip_first=True)
+                self.hints.hint_params(init, node, skip_first=True)
         fname = f[1] if f is not None and f[0] in ("ext", "vllm", "plugin") else ""
         leaf = fname.split(".")[-1]
         for kw in node.keywords:
             if kw.arg in CONFIG_FIELDS:
-                self._config_field(kw.arg, kw.value, kw.value)
+                self.assigns.config_field(kw.arg, kw.value, kw.value)
         if f is not None and f[0] == "ext":
             if fname in ("builtins.setattr",) and len(node.args) == 3:
-                owner = self.resolve(node.args[0])
+                owner = self.refs.resolve(node.args[0])
                 names = [_const_str(node.args[1])] if _const_str(node.args[1]) else self._loop_names(node.args[1])
                 if not names:  # a name bound to a string constant (RPC_NAME = "...", a loop value, an argument)
-                    s = self._str_of(node.args[1])
+                    s = self.refs.str_of(node.args[1])
                     names = [s] if s else []
                 if _is_self(owner):
                     return
                 if owner is not None and owner[0] in ("vllm", "inst"):
                     for name in names or [None]:
                         if name is None:
-                            self.add("setattr", node, f"{owner[1]}.<dynamic>", f"setattr(..., {_short(node.args[1])}, ...)",
+                            self.ctx.add("setattr", node, f"{owner[1]}.<dynamic>", f"setattr(..., {_short(node.args[1])}, ...)",
                                      dynamic=True)
                         elif name in CONFIG_FIELDS:
-                            self._config_field(name, node.args[2], node)
+                            self.assigns.config_field(name, node.args[2], node)
                         else:
-                            self._vllm_set(f"{owner[1]}.{name}", node.args[2], node, owner[0] == "inst")
+                            self.assigns.vllm_set(f"{owner[1]}.{name}", node.args[2], node, owner[0] == "inst")
                 elif names and names[0] in CONFIG_FIELDS:
-                    self._config_field(names[0], node.args[2], node)
+                    self.assigns.config_field(names[0], node.args[2], node)
                 return
             if leaf in WRAPT_CALLS and "wrapt" in fname or leaf == "wrap_function_wrapper":
                 self._wrapt(node, node.args)
@@ -72,7 +75,7 @@ class CallSites(AssignmentSites):
             if fname in ("os.environ.setdefault", "os.putenv") and len(node.args) >= 2:
                 key = _const_str(node.args[0])
                 if key and key.startswith("VLLM"):
-                    self.add("env", node, None, f"{key} = {_short(node.args[1])}" + (
+                    self.ctx.add("env", node, None, f"{key} = {_short(node.args[1])}" + (
                         " (default)" if fname.endswith("setdefault") else " (overwrites)"), env=key,
                         value=_const_scalar(node.args[1]), overwrites=not fname.endswith("setdefault"))
                 return
@@ -80,7 +83,7 @@ class CallSites(AssignmentSites):
                 for k, v in zip(node.args[0].keys, node.args[0].values):
                     key = _const_str(k) if k is not None else None
                     if key and key.startswith("VLLM"):
-                        self.add("env", node, None, f"{key} = {_short(v)} (overwrites)", env=key,
+                        self.ctx.add("env", node, None, f"{key} = {_short(v)} (overwrites)", env=key,
                                  value=_const_scalar(v), overwrites=True)
                 return
             if fname in ("sys.modules.setdefault", "sys.modules.update", "sys.modules.pop", "sys.modules.__setitem__"):
@@ -89,25 +92,25 @@ class CallSites(AssignmentSites):
                     keys = [_const_str(k) for k in node.args[0].keys if k is not None]
                 for key in keys:
                     if is_vllm(key):
-                        self.add("sys_modules", node, key, f"{fname}({key!r}, ...)")
+                        self.ctx.add("sys_modules", node, key, f"{fname}({key!r}, ...)")
                 return
             if leaf == "object" and ("mock.patch" in fname or fname.endswith("patch.object")) and len(node.args) >= 2:
-                owner = self.resolve(node.args[0])
+                owner = self.refs.resolve(node.args[0])
                 name = _const_str(node.args[1])
                 if owner is not None and owner[0] == "vllm" and name:
-                    self._vllm_set(f"{owner[1]}.{name}", node.args[2] if len(node.args) > 2 else ast.Constant(None),
+                    self.assigns.vllm_set(f"{owner[1]}.{name}", node.args[2] if len(node.args) > 2 else ast.Constant(None),
                                    node, False)
                 return
             if (leaf == "patch" and "mock" in fname) and node.args and is_vllm(_const_str(node.args[0])):
-                self.add("setattr", node, _const_str(node.args[0]), _short(node), value_kind="object")
+                self.ctx.add("setattr", node, _const_str(node.args[0]), _short(node), value_kind="object")
                 return
         if f is not None and f[0] == "vllm":
             if leaf in REGISTRY_CALLS or (leaf.startswith("register") and _owner_is_registry(fname)):
-                self.add("registry", node, fname, _short(node), names=[_short(a) for a in node.args[:2]])
+                self.ctx.add("registry", node, fname, _short(node), names=[_short(a) for a in node.args[:2]])
 
     def _loop_names(self, e: ast.AST) -> list[str]:
         if isinstance(e, ast.Name):
-            for frame in reversed(self.loops):
+            for frame in reversed(self.ctx.loops):
                 if e.id in frame:
                     return frame[e.id]
         return []
@@ -117,29 +120,29 @@ class CallSites(AssignmentSites):
             return
         mod = _const_str(args[0])
         if mod is None:
-            r = self.resolve(args[0])
+            r = self.refs.resolve(args[0])
             mod = r[1] if r is not None and r[0] == "vllm" else None
         name = _const_str(args[1])
         if is_vllm(mod) and name:
-            self.add("wrapt", node, f"{mod}.{name}", _short(node), impl=self._callable_ref(args[2]) if len(args) > 2 else None,
+            self.ctx.add("wrapt", node, f"{mod}.{name}", _short(node), impl=self.refs.callable_ref(args[2]) if len(args) > 2 else None,
                      module=mod, attr=name)
 
-    def _decorator(self, d: ast.AST, owner: ast.AST) -> None:
+    def decorator(self, d: ast.AST, owner: ast.AST) -> None:
         call = d if isinstance(d, ast.Call) else None
-        f = self.resolve(call.func if call is not None else d)
+        f = self.refs.resolve(call.func if call is not None else d)
         fname = f[1] if f is not None and f[0] in ("ext", "vllm", "plugin") else ""
         leaf = fname.split(".")[-1]
         if call is not None and fname.endswith("functools.wraps") and call.args:
-            r = self.resolve(call.args[0])
+            r = self.refs.resolve(call.args[0])
             if r is not None and r[0] in ("vllm", "vllm_inst"):
-                self.add("functools_wraps", owner, r[1], f"def {getattr(owner, 'name', '?')} (functools.wraps)",
-                         impl=("func", self._qualname(getattr(owner, "name", "?")), owner))
+                self.ctx.add("functools_wraps", owner, r[1], f"def {getattr(owner, 'name', '?')} (functools.wraps)",
+                         impl=("func", self.ctx.qualname(getattr(owner, "name", "?")), owner))
             return
         if call is not None and "wrapt" in fname and leaf in WRAPT_CALLS:
             self._wrapt(owner, call.args)
             return
         if f is not None and f[0] == "vllm" and (leaf in REGISTRY_CALLS or leaf.startswith("register")):
-            self.add("registry", owner, fname, f"@{_short(d)} on {getattr(owner, 'name', '?')}",
+            self.ctx.add("registry", owner, fname, f"@{_short(d)} on {getattr(owner, 'name', '?')}",
                      names=[_short(a) for a in (call.args[:2] if call is not None else [])])
 
 

@@ -5,9 +5,9 @@ Names are followed through the file's scopes: `import vllm.x as y`, `from vllm.x
 parameter annotated with a vLLM class (an object of it), and names imported from the plugin's own packages.
 With a release (`upstream.Upstream`) objects are typed by it: `obj.attr` and `f(...)` from vLLM's annotations and
 assignments, a `try:`/`except ImportError:` import by the module the release has; a plugin object's attribute is
-what its `__init__` stored. This is the base every other stage of the file scan builds on: the value sets
+what its `__init__` stored. This is the pass every other stage of the file scan builds on: the value sets
 (`value_sets.py`), the hint passes (`call_hints.py`), the site recognisers (`assignments.py`, `calls.py`) and the
-walk (`sites.py`).
+walk (`sites.py`) ask it, through their own `refs`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import ast
 import builtins as _b
 from typing import Any, Iterator, Optional
 
-from vllm_patchkit.tools.scan.syntax import _const_str, is_vllm
+from vllm_patchkit.tools.scan.context import FileContext
+from vllm_patchkit.tools.scan.syntax import _const_str
 
 _BUILTINS = set(dir(_b))
 
@@ -44,36 +45,20 @@ def _scope_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
 
 
 class References:
-    """Name resolution in one file. `module` is the file's module name; `plugin_tops` the plugin's top-level
-    packages; `release` what the release says about types (an `upstream.Upstream`, or None: names only)."""
+    """Name resolution in one file (`ctx`: which file, the scopes the walk is in, the release if any)."""
 
-    def __init__(self, module: str, plugin_tops: set[str], is_package: bool = False, release: Any = None):
-        self.module = module
-        self.package = module if is_package else module.rpartition(".")[0]
-        self.plugin_tops = plugin_tops
-        # what the release says about types (an `upstream.Upstream`, or None: names only): the module a
-        # try/except import falls back to, the class of `obj.attr`, of `f(...)`, of an overridden method's params
-        self.release = release if release is not None and getattr(release, "release", None) is not None else None
-        self.scopes: list[dict[str, Any]] = []
-        self.qual: list[str] = []
-        self._resolving: set[int] = set()
-        # how each function of the file is called (one {param: object} per distinct call), filled by the hint
-        # passes (`call_hints.py`); read here for the attributes a plugin object's `__init__` stores
-        self.call_bindings: dict[int, list[dict[str, tuple]]] = {}
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self._resolving: set[int] = set()  # the bindings being resolved (a name bound to itself ends there)
 
     # -- scopes
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
             return node.module or ""
-        base = self.package.split(".") if self.package else []
+        base = self.ctx.package.split(".") if self.ctx.package else []
         if node.level > 1:
             base = base[: len(base) - (node.level - 1)]
         return ".".join([*base, *([node.module] if node.module else [])])
-
-    def _kind_of(self, dotted: str) -> str:
-        if is_vllm(dotted):
-            return "vllm"
-        return "plugin" if dotted.split(".")[0] in self.plugin_tops else "ext"
 
     def collect(self, body: list[ast.stmt], args: Optional[ast.arguments] = None, fn: Optional[ast.AST] = None,
                 hints: Optional[dict[str, tuple]] = None) -> dict[str, Any]:
@@ -97,17 +82,17 @@ class References:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
-                        self._bind_import(out, a.asname, (self._kind_of(a.name), a.name))
+                        self._bind_import(out, a.asname, (self.ctx.kind_of(a.name), a.name))
                     else:
                         top = a.name.split(".")[0]
-                        out[top] = (self._kind_of(top), top)
+                        out[top] = (self.ctx.kind_of(top), top)
             elif isinstance(node, ast.ImportFrom):
                 mod = self._absolute(node)
                 for a in node.names:
                     if a.name == "*":
                         continue
                     full = f"{mod}.{a.name}" if mod else a.name
-                    self._bind_import(out, a.asname or a.name, (self._kind_of(full), full))
+                    self._bind_import(out, a.asname or a.name, (self.ctx.kind_of(full), full))
             elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
                 fors.setdefault(node.target.id, []).append(node.iter)
             elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
@@ -118,16 +103,16 @@ class References:
                 appends.setdefault(call.func.value.id, []).append(
                     ("elems", arg) if call.func.attr == "extend" else ("value", arg))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out[node.name] = ("func", self._qualname(node.name), node)
+                out[node.name] = ("func", self.ctx.qualname(node.name), node)
             elif isinstance(node, ast.ClassDef):
-                out[node.name] = ("class", self._qualname(node.name), node)
+                out[node.name] = ("class", self.ctx.qualname(node.name), node)
             elif isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Name):
-                        out[t.id] = ("expr", node.value, len(self.scopes))
+                        out[t.id] = ("expr", node.value, len(self.ctx.scopes))
                         assigns.setdefault(t.id, []).append(node.value)
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                out[node.target.id] = ("expr", node.value, len(self.scopes)) if node.value is not None else (
+                out[node.target.id] = ("expr", node.value, len(self.ctx.scopes)) if node.value is not None else (
                     "annot", node.annotation)
                 if node.value is not None:
                     assigns.setdefault(node.target.id, []).append(node.value)
@@ -136,41 +121,30 @@ class References:
             elif isinstance(node, (ast.With, ast.AsyncWith)):
                 for item in node.items:
                     if isinstance(item.optional_vars, ast.Name):
-                        out[item.optional_vars.id] = ("expr", item.context_expr, len(self.scopes))
+                        out[item.optional_vars.id] = ("expr", item.context_expr, len(self.ctx.scopes))
         return out
 
     def _bind_import(self, out: dict, name: str, b: tuple) -> None:
         """Bind an imported name; of two vLLM imports of one name (`try: from vllm.old import X` / `except
         ImportError: from vllm.new import X`), the one whose module the release has wins, whatever the order."""
         prev = out.get(name)
-        if (self.release is not None and prev is not None and prev[0] == "vllm" and b[0] == "vllm"
+        if (self.ctx.release is not None and prev is not None and prev[0] == "vllm" and b[0] == "vllm"
                 and self._importable(prev[1]) and not self._importable(b[1])):
             return
         out[name] = b
 
     def _importable(self, dotted: str) -> bool:
         try:
-            return self.release.is_module(dotted) or self.release.is_module(dotted.rpartition(".")[0])
+            return self.ctx.release.is_module(dotted) or self.ctx.release.is_module(dotted.rpartition(".")[0])
         except Exception:
             return False
-
-    def _qualname(self, name: str) -> str:
-        inner = ".".join([*self.qual, name])
-        return f"{self.module}:{inner}"
-
-    def lookup(self, name: str, upto: Optional[int] = None) -> Any:
-        scopes = self.scopes if upto is None else self.scopes[:upto + 1]
-        for i in range(len(scopes) - 1, -1, -1):
-            if name in scopes[i]:
-                return scopes[i][name], i
-        return None, -1
 
     # -- resolution
     def resolve(self, e: Optional[ast.AST], depth: int = 0) -> Optional[tuple]:
         if e is None or depth > 25:
             return None
         if isinstance(e, ast.Name):
-            b, level = self.lookup(e.id)
+            b, level = self.ctx.lookup(e.id)
             if b is None:
                 return ("ext", f"builtins.{e.id}") if e.id in _BUILTINS else None
             return self._binding(b, level, depth)
@@ -178,25 +152,25 @@ class References:
             r = self.resolve(e.value, depth + 1)
             if r is None:
                 return None
-            return self._member(r, e.attr, depth)
+            return self.member(r, e.attr, depth)
         if isinstance(e, ast.Call):
             f = self.resolve(e.func, depth + 1)
             if f is None:
                 return None
             fname = f[1] if f[0] in ("ext", "vllm", "plugin") else ""
             if fname in ("builtins.getattr", "getattr") and len(e.args) >= 2:
-                name = self._str_of(e.args[1], depth)
+                name = self.str_of(e.args[1], depth)
                 if name is None:
                     return None
                 r = self.resolve(e.args[0], depth + 1)
-                return self._member(r, name, depth) if r is not None else None
+                return self.member(r, name, depth) if r is not None else None
             if fname.endswith(("importlib.import_module", "builtins.__import__")) and e.args:
-                name = self._str_of(e.args[0], depth)
-                return (self._kind_of(name), name) if name else None
+                name = self.str_of(e.args[0], depth)
+                return (self.ctx.kind_of(name), name) if name else None
             if f[0] == "vllm" and f[1].split(".")[-1][:1].isupper():
                 return ("inst", f[1])  # an object built from a vLLM class
-            if f[0] == "vllm" and self.release is not None:  # a vLLM function annotated to return a class
-                t = self._release_call("return_type", f[1])
+            if f[0] == "vllm" and self.ctx.release is not None:  # a vLLM function annotated to return a class
+                t = self.ctx.release_call("return_type", f[1])
                 return ("inst", t) if t else None
             if f[0] == "class" and len(f) > 2:
                 return ("pobj", f[1], f[2])  # an object of one of the file's own classes
@@ -207,7 +181,7 @@ class References:
                 return None
             r = self.resolve(e.value, depth + 1)
             if r is not None and r[0] == "ext" and r[1] == "sys.modules":
-                return (self._kind_of(key), key)
+                return (self.ctx.kind_of(key), key)
             if (r is not None and r[0] in ("vllm", "ext") and isinstance(e.value, ast.Attribute)
                     and e.value.attr == "__dict__"):
                 owner = self.resolve(e.value.value, depth + 1)
@@ -218,14 +192,14 @@ class References:
             return ("lit", e.value)
         return None
 
-    def _member(self, r: tuple, attr: str, depth: int = 0) -> Optional[tuple]:
+    def member(self, r: tuple, attr: str, depth: int = 0) -> Optional[tuple]:
         """`X.attr` for a resolved X."""
         if r[0] in ("vllm", "plugin", "ext"):
             if attr in ("__func__", "__wrapped__"):
                 return r
             return (r[0], f"{r[1]}.{attr}")
         if r[0] == "inst":  # an attribute of a vLLM object: an object of the class the release types it with
-            t = self._release_call("attr_type", r[1], attr)
+            t = self.ctx.release_call("attr_type", r[1], attr)
             return ("inst", t) if t else ("vllm_inst", f"{r[1]}.{attr}")
         if r[0] == "class":
             return ("plugin_attr", f"{r[1]}.{attr}")
@@ -233,15 +207,7 @@ class References:
             return self._pobj_attr(r[2], attr, depth)
         return None
 
-    def _release_call(self, what: str, *args) -> Any:
-        if self.release is None:
-            return None
-        try:
-            return getattr(self.release, what)(*args)
-        except (Exception, RecursionError):
-            return None
-
-    def _str_of(self, e: ast.AST, depth: int = 0) -> Optional[str]:
+    def str_of(self, e: ast.AST, depth: int = 0) -> Optional[str]:
         """A string constant, or a name bound to one (a module constant, a loop value, a helper's argument)."""
         s = _const_str(e)
         if s is None and isinstance(e, ast.Name):
@@ -249,17 +215,17 @@ class References:
             s = r[1] if r is not None and r[0] == "lit" and isinstance(r[1], str) else None
         return s
 
-    def _callable_ref(self, e: Optional[ast.AST]) -> Optional[tuple]:
+    def callable_ref(self, e: Optional[ast.AST]) -> Optional[tuple]:
         if e is None:
             return None
         if isinstance(e, ast.Lambda):
-            return ("func", f"{self.module}:<lambda>", e)
+            return ("func", f"{self.ctx.module}:<lambda>", e)
         return self.resolve(e)
 
     def _pobj_attr(self, cls: ast.ClassDef, attr: str, depth: int) -> Optional[tuple]:
         """`obj.attr` for an object of a class of this file: what its methods (`__init__` first) store in
         `self.attr`, read in that method's scope with the arguments the class is called with."""
-        if not isinstance(cls, ast.ClassDef) or not self.scopes:
+        if not isinstance(cls, ast.ClassDef) or not self.ctx.scopes:
             return None
         methods = sorted((s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))),
                          key=lambda s: s.name != "__init__")
@@ -275,14 +241,14 @@ class References:
                 if key in self._resolving:
                     return None
                 self._resolving.add(key)
-                saved = self.scopes
+                saved = self.ctx.scopes
                 try:
-                    hints = (self.call_bindings.get(id(fn)) or [{}])[0]
-                    self.scopes = [saved[0]]
-                    self.scopes.append(self.collect(fn.body, fn.args, fn, hints))
+                    hints = (self.ctx.call_bindings.get(id(fn)) or [{}])[0]
+                    self.ctx.scopes = [saved[0]]
+                    self.ctx.scopes.append(self.collect(fn.body, fn.args, fn, hints))
                     return self.resolve(sub.value, depth + 1)
                 finally:
-                    self.scopes = saved
+                    self.ctx.scopes = saved
                     self._resolving.discard(key)
         return None
 
@@ -298,12 +264,12 @@ class References:
                 return None
             self._resolving.add(key)
             try:
-                saved = self.scopes
-                self.scopes = self.scopes[: level + 1]
+                saved = self.ctx.scopes
+                self.ctx.scopes = self.ctx.scopes[: level + 1]
                 try:
                     return self.resolve(b[1], depth + 1)
                 finally:
-                    self.scopes = saved
+                    self.ctx.scopes = saved
             finally:
                 self._resolving.discard(key)
         return None
