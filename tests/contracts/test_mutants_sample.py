@@ -11,11 +11,11 @@ generation reads all of vLLM (renames, moves) are left to the full run.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts_module import load_script
 
 from vllm_patchkit.tools.releases import installed_version
 
@@ -28,11 +28,7 @@ KNOWN_MISSES = {"tuple-arity": "check pins no return shape: a wrap whose impleme
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("patchkit_mutants", ROOT / "scripts" / "mutants.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script('mutants', 'patchkit_mutants')
 
 
 M = _script()

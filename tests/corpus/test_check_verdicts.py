@@ -7,12 +7,13 @@ from the wheel cache; scripts/fetch_wheels.sh fetches them, and scripts/test.sh 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts_module import load_script, releases_or_skip
 import yaml
 import msgspec
 
@@ -23,20 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("corpus_report", ROOT / "scripts" / "corpus_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script('corpus_report')
 
 
 @pytest.fixture(scope="module")
 def rows():
-    for v in ("0.31.0", "0.32.0", "0.33.0", "0.34.0"):
-        try:
-            open_release(v)
-        except ReleaseError as exc:
-            pytest.skip(f"vLLM {v} cannot be read here ({exc})")
+    releases_or_skip()
     return _report().measure()
 
 

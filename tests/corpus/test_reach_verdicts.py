@@ -13,32 +13,23 @@ change must not come from a rule tuned on it: tests/corpus/README.md, "Splits").
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.tools.releases import ReleaseError, open_release
+from tests.scripts_module import load_script, releases_or_skip
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("corpus_reach", ROOT / "scripts" / "corpus_reach.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script('corpus_reach')
 
 
 @pytest.fixture(scope="module")
 def rows():
-    for v in ("0.31.0", "0.32.0", "0.33.0", "0.34.0"):
-        try:
-            open_release(v)
-        except ReleaseError as exc:
-            pytest.skip(f"vLLM {v} cannot be read here ({exc})")
+    releases_or_skip()
     script = _script()
     from tests.corpus.catalogue import all_catalogues
 
