@@ -114,7 +114,9 @@ def test_allocate_slots_gaining_skip_zeroing_group_ids_is_compatible_for_a_forwa
     pins = pins_on(v031, patch)
     assert pins[f"{KVM}.allocate_slots"].signature.endswith("has_scheduled_reqs=True)")
     _, found = examine(wheel("0.32.0"), patch, pins)
-    [b] = found
+    # (an override without *args is also a convention mismatch on every release, as the loader judges it at
+    # start-up: vLLM's positional call of the base's later parameters; that is not this change)
+    [b] = [b for b in found if b.kind is not K.convention_mismatch]
     assert (b.kind, b.parameter, b.breaking) == (K.optional_parameter_added, "skip_zeroing_group_ids", False)
     assert b.compat.startswith("the override fwd:CountingKVCacheManager.allocate_slots(")
     assert "takes **kwargs: vLLM's keyword argument skip_zeroing_group_ids=... reaches it" in b.compat
@@ -125,8 +127,10 @@ def test_allocate_slots_gaining_skip_zeroing_group_ids_is_compatible_for_a_forwa
 def test_an_override_that_spells_out_the_old_parameters_breaks_on_it(v031, impl):
     patch = subclass_patch(KVM, f"{impl('spelled', SPELLS_OUT)}:CountingKVCacheManager", ["allocate_slots"])
     _, found = examine(wheel("0.32.0"), patch, pins_on(v031, patch))
-    [b] = found
-    assert (b.kind, b.breaking) == (K.optional_parameter_added, True)
+    [b] = [b for b in found if b.kind is K.optional_parameter_added]
+    assert b.breaking
+    # the loader's convention says the same of the override on 0.32.0 (one verdict)
+    assert any(c.kind is K.convention_mismatch and "skip_zeroing_group_ids" in c.detail for c in found)
     assert "does not accept 'skip_zeroing_group_ids' (no such parameter, no **kwargs)" in b.compat
 
 
