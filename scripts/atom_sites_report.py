@@ -81,7 +81,7 @@ def installed_release():
 
 def _static_check(release, ours, patch) -> Optional[str]:
     """Why the loader would refuse the patch, judged from the source (None: nothing found)."""
-    from vllm_patchkit.declaration.schema import Kind
+    from vllm_patchkit.declaration.vocabulary import Kind
     from vllm_patchkit.upstream.missing import Missing
 
     target = release.resolve(patch.target)
@@ -131,7 +131,8 @@ def _static_check(release, ours, patch) -> Optional[str]:
 
 def evaluate(sites: list[dict], release=None) -> list[dict]:
     """Per place: exists / declared / pinned / checked, each worked out from the source, and why not."""
-    from vllm_patchkit.declaration.schema import Kind, Patch
+    from vllm_patchkit.declaration.schema import Patch
+    from vllm_patchkit.declaration.vocabulary import Kind
     from vllm_patchkit.upstream.missing import Missing
     from vllm_patchkit.tools.static import StaticRelease
     from vllm_patchkit.upstream.static_source import DirSource

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_patchkit.declaration.schema import Kind
+from vllm_patchkit.declaration.vocabulary import Kind
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "atom_sites_report.py"

@@ -18,7 +18,7 @@ from vllm_patchkit.tools.releases import open_release
 from vllm_patchkit.tools.examine import examine
 from vllm_patchkit.declaration.declare import installed_sources, load_patch_set, manifest_dirs
 from vllm_patchkit.declaration.manifest import load_manifests
-from vllm_patchkit.declaration.schema import Kind
+from vllm_patchkit.declaration.vocabulary import Kind
 
 from .helpers import cached_wheel_or_skip
 

@@ -21,7 +21,7 @@ from vllm_patchkit.declaration.manifest import load_manifests
 from vllm_patchkit.declaration.patchsets import discover
 from vllm_patchkit.tools.pin_plan import settle_inherited
 from vllm_patchkit.tools.releases import installed_static, installed_version
-from vllm_patchkit.declaration.schema import Kind
+from vllm_patchkit.declaration.vocabulary import Kind
 from vllm_patchkit.declaration.pins import Fingerprint, ManifestEntry
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.runtime.verify import stale_copies, verify

@@ -13,7 +13,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from vllm_patchkit.declaration.schema import Patch, TARGET
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.vocabulary import TARGET
 from vllm_patchkit.declaration.validation import EnvDefault, validate
 
 HERE = Path(__file__).resolve().parent

@@ -16,7 +16,8 @@ from pydantic import Field
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
 from vllm_patchkit.declaration import schema
-from vllm_patchkit.declaration.schema import PATCH_ID, Patch
+from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.declaration.vocabulary import PATCH_ID
 from vllm_patchkit.declaration.validation import EnvVar, RetireWhen, Strict, to_object
 from vllm_patchkit.declaration.yaml_files import parse_file
 

@@ -1,9 +1,11 @@
 """The validating schema: what a patch or manifest YAML file may say, and nothing else (features: features.py).
 
+The one source of a declaration's fields: the objects every process reads (schema.py, pins.py) are generated
+from these models by `vllm-patchkit schema` (tools/schema_objects.py).
+
 Strict on purpose: an unknown key or a wrong type is a typo that would otherwise turn into a patch that silently
 does nothing. Read only when a file is read (the cold path): a valid file is handed on as the objects every
-process reads (`schema.py`, `pins.py`: msgspec Structs with the same fields, `to_object`); a process served from
-the start-up cache never imports pydantic's models.
+process reads (`to_object`); a process served from the start-up cache never imports pydantic's models.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from vllm_patchkit.declaration import pins, schema
 from vllm_patchkit.declaration.set_members import check_adds, check_inherited_from
 from vllm_patchkit.declaration.kinds import declaration_of, problems
-from vllm_patchkit.declaration.schema import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
-                                              PatchReading, Process, WhenReading)
+from vllm_patchkit.declaration.readings import PatchReading, WhenReading
+from vllm_patchkit.declaration.vocabulary import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
+                                                  Process)
 
 
 class Strict(BaseModel):

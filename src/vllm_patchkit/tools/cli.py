@@ -46,14 +46,19 @@ def add_status(sub) -> None:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from vllm_patchkit.tools.schema_export import write_schemas
+    from vllm_patchkit.tools.schema_objects import write_objects
 
     for path in write_schemas(Path(args.out) if args.out else None):
         print(f"wrote {path}")
+    if not args.out:  # the objects every process reads live in the package, never elsewhere
+        for path in write_objects():
+            print(f"wrote {path}")
     return 0
 
 
 def add_schema(sub) -> None:
-    p = sub.add_parser("schema", help="write the JSON Schemas of patch and manifest files")
+    p = sub.add_parser("schema", help="write the JSON Schemas of patch and manifest files and the objects "
+                                          "generated from the validating models (declaration/schema.py, pins.py)")
     p.add_argument("--out", help="folder (default: the package's schema/ folder)")
     p.set_defaults(func=cmd_schema)
 
