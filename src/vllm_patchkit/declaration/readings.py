@@ -7,18 +7,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from vllm_patchkit.declaration.kinds import declaration_of
+from vllm_patchkit.declaration.precondition_table import CONFIG_STAGE
 
 
 class WhenReading:
     __slots__ = ()
-    CONFIG_FIELDS: ClassVar[tuple[str, ...]] = (
-        "architectures",
-        "served_by",
-        "runner",
-        "prefix_caching",
-        "speculative",
-        "cudagraph_mode",
-    )
+    #: the preconditions judged at the config stage (their rows in declaration/precondition_table.py)
+    CONFIG_FIELDS: ClassVar[tuple[str, ...]] = tuple(row.name for row in CONFIG_STAGE)
 
     def needs_config(self) -> bool:
         return any(getattr(self, name) is not None for name in self.CONFIG_FIELDS)

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from vllm_patchkit.declaration import pins, schema
 from vllm_patchkit.declaration.set_members import check_adds, check_inherited_from
 from vllm_patchkit.declaration.kinds import declaration_of, problems
+from vllm_patchkit.declaration.precondition_table import PRECONDITIONS
 from vllm_patchkit.declaration.readings import PatchReading, WhenReading
 from vllm_patchkit.declaration.vocabulary import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
                                                   Process)
@@ -45,33 +46,24 @@ def _check_specifier(value: str) -> str:
 VersionSpec = Annotated[str, Field(min_length=1)]
 
 
-class When(WhenReading, Strict):
-    """Preconditions. All given ones must hold; an absent one is not checked.
+def _when_model() -> type[BaseModel]:
+    """`When` built from the preconditions' table (declaration/precondition_table.py): one field per row, in its
+    order, with the row's type and text."""
+    fields = {row.name: (row.annotation, Field(default=None, description=row.description))
+              for row in PRECONDITIONS}
+    return create_model(
+        "When", __base__=(WhenReading, Strict), __module__=__name__,
+        __doc__="""Preconditions. All given ones must hold; an absent one is not checked.
 
     `vllm`, `platform`, `env` can be judged at import; the rest need the
     VllmConfig of the process and are judged at its config-ready point.
-    """
+    """,
+        __validators__={"_vllm_check": field_validator("vllm")(
+            lambda cls, v: v if v is None else _check_specifier(v))},
+        **fields)
 
-    vllm: Optional[VersionSpec] = None
-    platform: Optional[list[Literal["cuda", "rocm", "cpu", "xpu", "tpu"]]] = None
-    env: Optional[dict[Annotated[str, Field(pattern=ENV_NAME)], Optional[str]]] = Field(
-        default=None,
-        description="name -> required value; null means the variable must be unset",
-    )
-    architectures: Optional[list[Annotated[str, Field(min_length=1)]]] = Field(
-        default=None, description="exact architecture names (any of); never substrings"
-    )
-    served_by: Optional[str] = Field(
-        default=None,
-        description="'out_of_tree', 'vllm', or a module prefix the registry must resolve to",
-    )
-    runner: Optional[Literal["v1", "v2"]] = None
-    prefix_caching: Optional[bool] = None
-    speculative: Optional[bool] = None
-    cudagraph_mode: Optional[list[str]] = None
 
-    _vllm_check = field_validator("vllm")(lambda cls, v: v if v is None else _check_specifier(v))
-
+When = _when_model()
 
 
 class EnvVar(Strict):
