@@ -1058,7 +1058,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--results", type=Path, help="also write every outcome (JSON) here")
     ap.add_argument("--from-results", type=Path, help="print the table of an earlier run's --results file")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --results: keep the outcomes already in that file and run only the other mutants")
     args = ap.parse_args(argv)
+    if args.resume and not args.results:
+        sys.exit("mutants: --resume needs --results FILE (the outcomes to keep)")
     if args.from_results:
         outcomes = [Outcome(**d) for d in json.loads(args.from_results.read_text())["outcomes"]]
         print(json.dumps(table(outcomes), indent=2) if args.json else render(outcomes), end="")
@@ -1083,9 +1087,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         base = base_tree(work / "base")
         verify_base(base, touches)
         mutants = sample(mutants, len(mutants), args.seed)  # kinds interleaved: a run cut short still covers each
-        done = [0]
+        finished: list[Outcome] = kept_outcomes(args.results, mutants) if args.resume else []
+        ran = {f"{o.mutant['kind']}:{o.mutant['place']}" for o in finished}
+        mutants = [m for m in mutants if m.name not in ran]
+        done = [len(finished)]
 
-        finished: list[Outcome] = []
         lock = threading.Lock()
 
         def one(im):
@@ -1101,10 +1107,21 @@ def main(argv: Optional[list[str]] = None) -> int:
             return o
 
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            outcomes = list(pool.map(one, enumerate(mutants)))
+            list(pool.map(one, enumerate(mutants)))
+        outcomes = finished
     doc = _write(args.results, outcomes) if args.results else _doc(outcomes)
     print(json.dumps(doc, indent=2) if args.json else render(outcomes), end="")
     return 0
+
+
+def kept_outcomes(path: Path, mutants: list) -> list[Outcome]:
+    """The outcomes of an earlier run (its --results file) of mutants still generated: a mutant whose name no
+    longer exists (the set or the tree changed) is dropped, so a resumed table never mixes in a stale one."""
+    if not path.is_file():
+        return []
+    names = {m.name for m in mutants}
+    kept = [Outcome(**d) for d in json.loads(path.read_text())["outcomes"]]
+    return [o for o in kept if f"{o.mutant['kind']}:{o.mutant['place']}" in names]
 
 
 def _doc(outcomes: list[Outcome]) -> dict:

@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 from msgspec import field
 
 from vllm_patchkit.declaration.readings import PatchReading, WhenReading
-from vllm_patchkit.declaration.vocabulary import Declared, Frequency, Kind, Process
+from vllm_patchkit.declaration.vocabulary import Declared, Frequency, Kind, Role
 
 
 class When(WhenReading, Declared, frozen=True, kw_only=True):
@@ -75,7 +75,7 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     overrides: list[str] = field(default_factory=list)
     env_default: Optional[EnvDefault] = None
     message: Optional[str] = None
-    processes: list[Process]
+    processes: list[Role]
     when: When = field(default_factory=When)
     requires: list[str] = field(default_factory=list)
     required: bool

@@ -21,7 +21,7 @@ from vllm_patchkit.declaration.kinds import declaration_of, problems
 from vllm_patchkit.declaration.precondition_table import PRECONDITIONS
 from vllm_patchkit.declaration.readings import PatchReading, WhenReading
 from vllm_patchkit.declaration.vocabulary import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
-                                                  Process)
+                                                  Role)
 
 
 class Strict(BaseModel):
@@ -179,7 +179,7 @@ class Patch(PatchReading, Strict):
     )
     env_default: Optional[EnvDefault] = None
     message: Optional[str] = None
-    processes: Annotated[list[Annotated[Process, Field(strict=False)]], Field(min_length=1)]
+    processes: Annotated[list[Annotated[Role, Field(strict=False)]], Field(min_length=1)]
     when: When = Field(default_factory=When)
     requires: list[Annotated[str, Field(pattern=PATCH_ID)]] = Field(default_factory=list)
     required: bool

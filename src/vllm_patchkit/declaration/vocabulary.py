@@ -22,7 +22,7 @@ Kind = Enum("Kind", [(d.name, d.name) for d in DECLARATIONS], type=str, module=_
 Kind.__doc__ = "How a patch changes vLLM (declaration/kinds.py: what each kind needs and takes)."
 
 
-class Process(str, Enum):
+class Role(str, Enum):
     """vLLM's process roles; the plugin entry point runs once in each."""
 
     frontend = "frontend"  # API server / LLM() process, before VllmConfig exists
