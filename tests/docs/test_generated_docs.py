@@ -25,8 +25,11 @@ def test_check_detects_a_stale_page(tmp_path):
 
 
 def test_every_page_opens_with_do_not_edit_naming_the_command():
+    from vllm_patchkit.tools import docs_failures
+
     for name, text in generate().items():
-        assert text.startswith(HEADER), name
+        # the YAML's pages say so; the failure codes' page names the framework's rows it is made from
+        assert text.startswith(docs_failures.HEADER if name == docs_failures.NAME else HEADER), name
         assert "DO NOT EDIT" in text.splitlines()[0] and "`vllm-patchkit docs`" in text.splitlines()[0]
 
 

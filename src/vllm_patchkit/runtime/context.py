@@ -18,6 +18,7 @@ import logging
 from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.errors import PatchkitError, Refusal
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.schema import Patch
 
 log = logging.getLogger("vllm.patchkit")
@@ -146,7 +147,7 @@ class PatchContext:
         """Mark the record refused, flush, and raise `exc` (a class, given the message, or an instance)."""
         self.refused = message
         if self.record is not None:
-            self.record.set("refused", "refused", message)
+            self.record.set("refused", FailureCode.refused, message)
             self.publish(self.record.detail)
             if self._flush is not None:
                 self._flush()

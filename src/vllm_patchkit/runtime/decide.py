@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, NamedTuple, Optional, Union
 
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.preconditions import Facts, Unknown, held, unmet_at_config, unmet_at_import
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
@@ -95,10 +96,10 @@ class Decider:
         reason = (f"may be needed here: its precondition {unknown.field} (expected {unknown.expected}) cannot be "
                   f"read on vLLM {self.ledger.vllm_version}; an unknown fact is never taken as unmet")
         if patch.required:
-            self.ledger.required_failed(patch, "precondition_unknown", reason, unknown.expected, "unknown")
+            self.ledger.required_failed(patch, FailureCode.precondition_unknown, reason, unknown.expected, "unknown")
             return SETTLED
         rec = self.ledger.records[patch.id]
-        rec.set(SKIPPED, "precondition_unknown", reason, unknown.expected, "unknown")
+        rec.set(SKIPPED, FailureCode.precondition_unknown, reason, unknown.expected, "unknown")
         self.ledger.warn(rec, f"optional patch {patch.key} {reason}")
         return SETTLED
 
@@ -108,7 +109,8 @@ class Decider:
         ledger = self.ledger
         rec = ledger.records[patch.id]
         if not any(self.hosts(p.value) for p in patch.processes):
-            rec.set(SKIPPED, "process", "not for this process", [p.value for p in patch.processes], ledger.process.role)
+            rec.set(SKIPPED, FailureCode.process, "not for this process", [p.value for p in patch.processes],
+                    ledger.process.role)
             return SETTLED
         kind = kind_of(patch)  # imported for a patch this process may need, not for every patch of the set
         unmet = unmet_at_import(patch.when, self.facts)
@@ -117,7 +119,7 @@ class Decider:
         if isinstance(unmet, Unknown):
             return self._unknown_fact(patch, unmet)
         if unmet is not None:
-            rec.set(SKIPPED, "precondition", kind.not_needed(unmet), unmet.expected, unmet.actual)
+            rec.set(SKIPPED, FailureCode.precondition, kind.not_needed(unmet), unmet.expected, unmet.actual)
             return SETTLED
         # needed here from this point on
         waits_for = None  # a dependency still waiting for its module: this one waits with it
@@ -129,9 +131,9 @@ class Decider:
             if drec.state != APPLIED and dep not in self.decided:
                 reason = f"requires {dep}, which is {drec.state}" + (f" ({drec.code})" if drec.code else "")
                 if patch.required:  # needed and required: a missing dependency must not read as a skip
-                    ledger.required_failed(patch, "requires", reason, f"{dep} applied", drec.state)
+                    ledger.required_failed(patch, FailureCode.requires, reason, f"{dep} applied", drec.state)
                     return SETTLED
-                rec.set(SKIPPED, "requires", reason, f"{dep} applied", drec.state)
+                rec.set(SKIPPED, FailureCode.requires, reason, f"{dep} applied", drec.state)
                 ledger.warn(rec, f"optional patch {patch.key} is needed here but {reason}")
                 return SETTLED
         why = self.unavailable.get(patch.id)
@@ -140,12 +142,13 @@ class Decider:
                 self.decided.add(patch.id)
                 return Verified()
             if not patch.required:
-                rec.set(SKIPPED, "unavailable", f"needed here but {why.reason}", "an entry in the manifest", why.code)
+                rec.set(SKIPPED, FailureCode.unavailable, f"needed here but {why.reason}", "an entry in the manifest",
+                        why.code)
                 ledger.warn(rec, f"optional patch {patch.key} is needed here but cannot be applied on vLLM "
                                  f"{ledger.vllm_version}: {why.reason}")
                 return SETTLED
             if allowed_unpatched(patch.id):
-                rec.set(SKIPPED, "unpatched_allowed", f"needed here but {why.reason}; served without it because "
+                rec.set(SKIPPED, FailureCode.unpatched_allowed, f"needed here but {why.reason}; served without it because "
                         f"VLLM_PATCHKIT_ALLOW_UNPATCHED names it", "an entry in the manifest", why.code)
                 ledger.warn(rec, f"REQUIRED patch {patch.key} is needed here but cannot be applied on vLLM "
                                  f"{ledger.vllm_version} ({why.reason}); serving WITHOUT it because "
@@ -170,7 +173,7 @@ class Decider:
         if isinstance(result, Finding):
             if self.pins_of is not None:  # a release no manifest pins: say whose pins the difference is from
                 result = nearest.judged(result, self.pins_of, ledger.vllm_version)
-            rec.findings.extend({"code": "breakage", **b.as_dict(), "patch": patch.key} for b in result.breakages)
+            rec.findings.extend({"code": FailureCode.breakage, **b.as_dict(), "patch": patch.key} for b in result.breakages)
             if patch.required:
                 ledger.required_failed(patch, result.code, result.reason, result.expected, result.found)
                 return SETTLED

@@ -16,6 +16,7 @@ import logging
 import os
 from typing import Any, Optional
 
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.ledger import Ledger
@@ -64,7 +65,7 @@ class Hosting:
         reopened = []
         for patch, _, _ in plan:
             rec = self.ledger.records[patch.id]
-            if rec.state == SKIPPED and rec.code == "process" and role in {p.value for p in patch.processes}:
+            if rec.state == SKIPPED and rec.code == FailureCode.process and role in {p.value for p in patch.processes}:
                 rec.set(PENDING, reason="")
                 reopened.append(patch.key)
         log.info("vllm-patchkit: %s (pid %d) also runs %s's code here: %d patch(es) judged for it: %s", self.role,
@@ -85,7 +86,7 @@ class Hosting:
             reason = (f"this process will run {role}'s code too ({why}) and its hook is {rec.state.value}"
                       f" ({rec.reason or rec.code}): {role}'s patches would not be judged here")
             if rec.state != FAILED:
-                rec.set(FAILED, "hosting", reason, "applied", rec.state.value)
+                rec.set(FAILED, FailureCode.hosting, reason, "applied", rec.state.value)
             else:
                 rec.reason = reason
             rec.required = True

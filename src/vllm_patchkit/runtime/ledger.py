@@ -10,6 +10,7 @@ import logging
 from typing import Any, Callable, NoReturn
 
 from vllm_patchkit.declaration.errors import RequiredPatchFailed, RequiredPatchUnavailable, remedies
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.availability import Unavailable, allowed_unpatched, refusal_message
 from vllm_patchkit.runtime.record import FAILED, REFUSED, SKIPPED, PatchRecord, ProcessRecord
@@ -39,7 +40,7 @@ class Ledger:
         $VLLM_PATCHKIT_ALLOW_UNPATCHED names it (or `all`), skipped loudly as the remedies promise."""
         rec = self.records[patch.id]
         if allowed_unpatched(patch.id):
-            rec.set(SKIPPED, "unpatched_allowed", f"needed here but failed ({code}): {reason}; served without it "
+            rec.set(SKIPPED, FailureCode.unpatched_allowed, f"needed here but failed ({code}): {reason}; served without it "
                     "because VLLM_PATCHKIT_ALLOW_UNPATCHED names it", expected, found)
             rec.detail["failure"] = code
             self.warn(rec, f"REQUIRED patch {patch.key} is needed here but failed ({code}): {reason}; serving "
@@ -52,9 +53,9 @@ class Ledger:
     def refuse_unavailable(self, patch: Patch, why: Unavailable, why_needed: str) -> NoReturn:
         """A needed required patch this release's manifest offers no entry for: refused, start-up stops."""
         rec = self.records[patch.id]
-        remedy = remedies("unavailable", patch.id, self.vllm_version, self.manifests)
+        remedy = remedies(FailureCode.unavailable, patch.id, self.vllm_version, self.manifests)
         message = refusal_message(patch.key, self.vllm_version, why_needed, why.reason, remedy)
-        rec.set(REFUSED, "unavailable", message, "an entry in the manifest for this release", why.code)
+        rec.set(REFUSED, FailureCode.unavailable, message, "an entry in the manifest for this release", why.code)
         rec.detail["remedy"] = remedy
         self.process.error = message
         log.error("%s", message)

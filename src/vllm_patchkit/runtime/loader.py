@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import Refusal
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.patchsets import CORE, discover
 from vllm_patchkit.declaration.preconditions import Facts, config_facts, current_platform_name, held
 from vllm_patchkit.declaration.schema import Patch
@@ -203,7 +204,7 @@ class Loader:
         for patch, v in decisions:
             if kind_of(patch).refuses:
                 self.decider.done(patch.id)
-                self.records[patch.id].set(REFUSED, "refused", patch.message)
+                self.records[patch.id].set(REFUSED, FailureCode.refused, patch.message)
                 self.ledger.stop(Refusal(f"vllm-patchkit: {patch.key}: {patch.message}"))
         self.ledger.fail_closed()
         if self.lazy:  # the plugin's loader: the flusher's full search after the config stage covers these too,
@@ -233,9 +234,9 @@ class Loader:
             rec.detail.update(detail)
         except Exception as exc:  # an install error is recorded, never swallowed
             if patch.required:
-                self.ledger.required_failed(patch, "apply", f"{type(exc).__name__}: {exc}")
+                self.ledger.required_failed(patch, FailureCode.apply, f"{type(exc).__name__}: {exc}")
             else:
-                rec.set(FAILED, "apply", f"{type(exc).__name__}: {exc}")
+                rec.set(FAILED, FailureCode.apply, f"{type(exc).__name__}: {exc}")
             return
         if applied is not None:
             self.applied[patch.id] = applied

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.ledger import Ledger
@@ -63,9 +64,9 @@ class Standing:
                 expected = f"{applied.patch.key} installed at {place.spec}"
                 found = site if getattr(now, MARK, None) is None else f"{site} (another patch: {getattr(now, MARK)})"
                 if applied.patch.required:
-                    self.ledger.required_failed(applied.patch, "replaced_after_apply", reason, expected, found)
+                    self.ledger.required_failed(applied.patch, FailureCode.replaced_after_apply, reason, expected, found)
                 else:
-                    rec.set(FAILED, "replaced_after_apply", reason, expected, found)
+                    rec.set(FAILED, FailureCode.replaced_after_apply, reason, expected, found)
                     self.ledger.warn(rec, f"optional patch {rec.patch} failed (replaced_after_apply): {reason}")
                 if rec.state == FAILED:
                     log.error("vllm-patchkit: %s: %s", rec.patch, reason)

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
+from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
@@ -55,7 +56,7 @@ class Waiting:
     def defer(self, patch: Patch, d: Deferred) -> None:
         self.waiting_on[patch.id] = d.module
         self.ledger.records[patch.id].set(
-            NOT_IMPORTED, "not_imported",
+            NOT_IMPORTED, FailureCode.not_imported,
             f"needed here; {d.because}: verified and applied when it is imported. Still in this state at the "
             "end: the module was never imported in this process, so the code it changes never ran here",
             f"{d.module} imported", "not imported")

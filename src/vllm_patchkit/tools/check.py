@@ -43,7 +43,7 @@ from vllm_patchkit.tools.examine import examine, set_on_path
 from vllm_patchkit.tools.manifest_files import read_manifests
 from vllm_patchkit.tools.releases import Release, ReleaseError, open_release
 from vllm_patchkit.tools.render import RENDER
-from vllm_patchkit.tools.report import PatchResult, Report
+from vllm_patchkit.tools.report import PatchResult, PatchStatus, Report
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.upstream.targets import load_object
@@ -91,18 +91,18 @@ def check(release: Release, patch_set: PatchSet, manifests: dict[str, Manifest],
         res = _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths)
         patch = patch_set.patches.get(res.patch, newest)
         res.file = patch_set.files.get(patch.key)
-        if res.status == "not_applicable":  # the release has no place for it: nothing to retire or keep here
+        if res.status == PatchStatus.not_applicable:  # the release has no place for it: nothing to retire or keep here
             probe_errors = []
         else:
             res.retire, probe_errors, res.kept = retirement(release, patch)
         res.breakages.extend(probe_errors)
-        if probe_errors and res.status == "ok":
-            res.status = "broken"
+        if probe_errors and res.status == PatchStatus.ok:
+            res.status = PatchStatus.broken
         refused = [b for p in sorted(patch_set.by_id(pid), key=lambda p: p.version)
                    for b in unreviewed.breakages(patch_set, gate, p.key)]
         if refused:
             res.breakages.extend(refused)
-            res.status = "broken"
+            res.status = PatchStatus.broken
         results.append(res)
     if own is not None:
         _contradictions(patch_set, own_key, own, paths, results)
@@ -124,7 +124,7 @@ def _contradictions(patch_set: PatchSet, own_key: str, own: Manifest, paths: dic
         patch = patch_set.patches[c.key]
         res.breakages.append(Breakage(BreakageKind.when_excludes, c.key, patch.target or c.key,
                                       detail=c.explain()))
-        res.status = "broken"
+        res.status = PatchStatus.broken
 
 
 def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key, baseline, paths) -> PatchResult:
@@ -135,12 +135,12 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
         na = next((n for n in m.not_applicable if n.patch == pid), None)
         base = Baseline(bkey, entry, paths.get(bkey, "")) if entry else None
         if base is None and na is not None:
-            return PatchResult(newest.key, "not_applicable", pins_from=bkey,
+            return PatchResult(newest.key, PatchStatus.not_applicable, pins_from=bkey,
                                note=f"not applicable on vLLM {bkey} (the baseline): {na.reason}")
     elif own is not None:
         na = next((n for n in own.not_applicable if n.patch == pid), None)
         if na is not None:
-            res = PatchResult(newest.key, "not_applicable", pins_from=own_key, note=na.reason)
+            res = PatchResult(newest.key, PatchStatus.not_applicable, pins_from=own_key, note=na.reason)
             if newest.required and not na.reason.startswith("by hand:"):
                 # marked by a tool, not decided by a reviewer: what the loader does with it when a model needs
                 # it: refuse start-up (a version admits the release) or skip it silently (none does)
@@ -159,7 +159,7 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
                 BreakageKind.unpinned, res.patch, newest.target or pid,
                 detail=f"manifest for vLLM {own_key} neither lists {pid} nor marks it not applicable "
                        f"(run `vllm-patchkit pin --vllm {own_key}`)"))
-            res.status = "unpinned"
+            res.status = PatchStatus.unpinned
             return res
         base = Baseline(own_key, entry, paths.get(own_key, ""))
     else:
@@ -169,7 +169,7 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
         where = f"the manifest for vLLM {baseline} does not list {pid}" if baseline is not None else \
             f"no manifest older than vLLM {version} lists {pid}"
         res.breakages.append(Breakage(BreakageKind.unpinned, newest.key, newest.target or pid, detail=where))
-        res.status = "unpinned"
+        res.status = PatchStatus.unpinned
         return res
     return _compare_entry(release, patch_set, base, newest)
 
@@ -182,21 +182,21 @@ def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchRe
     breakages += reach_check.breakages(release, patch, base.entry, reach_check.root_of(patch_set, patch.key))
     note = "" if patch.version == newest.version else f"newest version is {newest.key}, not listed for vLLM {base.vllm}"
     if any(b.breaking for b in breakages):
-        status = "broken"
+        status = PatchStatus.broken
     elif breakages:
         own = Version(base.vllm) == Version(release.version() or "0")
-        status = "stale" if own else "compatible"
+        status = PatchStatus.stale if own else PatchStatus.compatible
         note = note or ("pins differ from the release by changes this patch survives: re-run `vllm-patchkit pin`"
                         if own else "changes this patch survives: `vllm-patchkit pin` carries it forward")
     else:
-        status = "ok"
+        status = PatchStatus.ok
     return PatchResult(patch.key, status, breakages, pins_from=base.vllm, note=note)
 
 
 def _unpinned(release, patch: Patch, patch_set: Optional[PatchSet] = None) -> PatchResult:
     here = set_on_path(patch_set, patch.key) if patch_set is not None else True
     _, breakages = examine(release, patch, None, impl_here=here)  # at least: do the targets exist?
-    return PatchResult(patch.key, "unpinned", breakages)
+    return PatchResult(patch.key, PatchStatus.unpinned, breakages)
 
 
 # -- the verb -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Generate the docs that describe the patch set, from the YAML: patches, env vars, manifests.
+"""Generate the docs that describe the patch set, from the YAML: patches, env vars, manifests (and the
+framework's failure codes, from their rows: `docs_failures.py`).
 
 One source of truth per fact: prose about a patch lives in its YAML; these
 pages are rendered from it, open with a DO-NOT-EDIT header naming the command,
@@ -19,6 +20,7 @@ from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.knobs import KNOBS
 from vllm_patchkit.declaration.manifest import Loaded, load_manifests
 from vllm_patchkit.declaration.schema import Patch
+from vllm_patchkit.tools import docs_failures
 
 COMMAND = "vllm-patchkit docs"
 HEADER = (
@@ -197,6 +199,7 @@ def generate(patch_dirs: Optional[list[Path]] = None, manifest_dir: Optional[Pat
         "patches.md": render_patches(ps, ms),
         "env.md": render_env(ps),
         "manifests.md": render_manifests(ps, ms),
+        docs_failures.NAME: docs_failures.render(),
     }
 
 

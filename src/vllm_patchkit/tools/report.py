@@ -4,9 +4,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
 
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
+
+
+class PatchStatus(str, Enum):
+    """A patch's verdict on one release (a str: JSON and text show the plain word)."""
+
+    ok = "ok"
+    compatible = "compatible"
+    stale = "stale"
+    broken = "broken"
+    not_applicable = "not_applicable"
+    unpinned = "unpinned"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -16,13 +31,16 @@ class PatchResult:
     loader compares pins exactly, so the manifest must be re-pinned)."""
 
     patch: str  # id@version checked (id alone when no version is pinned anywhere)
-    status: str  # ok | compatible | stale | broken | not_applicable | unpinned
+    status: PatchStatus  # a string is taken and made its member
     breakages: list[Breakage] = field(default_factory=list)
     pins_from: Optional[str] = None  # the release whose pins were compared
     note: str = ""
     retire: Optional[str] = None
     kept: Optional[str] = None  # a probe's evidence that the patch must stay (the release's line that decides)
     file: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self.status = PatchStatus(self.status)
 
     def as_dict(self) -> dict:
         return {"patch": self.patch, "status": self.status, "pins_from": self.pins_from, "note": self.note,
@@ -79,13 +97,13 @@ class Report:
     @property
     def failed(self) -> bool:
         """A breaking difference, or a compatible one the release's own manifest has not re-pinned."""
-        return any(b.breaking for b in self.breakages) or any(r.status == "stale" for r in self.results)
+        return any(b.breaking for b in self.breakages) or any(r.status == PatchStatus.stale for r in self.results)
 
     def exit_code(self) -> int:
         return 1 if self.failed else 0
 
     def counts(self) -> dict[str, int]:
-        out = {"ok": 0, "compatible": 0, "stale": 0, "broken": 0, "not_applicable": 0, "unpinned": 0}
+        out = {s.value: 0 for s in PatchStatus}
         for r in self.results:
             out[r.status] = out.get(r.status, 0) + 1
         out["retirable"] = sum(1 for r in self.results if r.retire)

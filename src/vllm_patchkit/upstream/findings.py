@@ -13,6 +13,8 @@ from typing import Any, NamedTuple, Optional
 
 from msgspec import Struct, field
 
+from vllm_patchkit.declaration.failures import FailureCode
+
 
 class ProbeAnswer(NamedTuple):
     """A retirement probe's answer with the evidence read from the release (file:line and what it says).
@@ -59,6 +61,64 @@ class BreakageKind(str, Enum):
     unreviewed = "unreviewed"
     reach_missing = "reach_missing"
     name_collision = "name_collision"
+
+    @property
+    def failure_code(self) -> Optional[FailureCode]:
+        """The code the loader records for this change (`LOADER_CODES`); None: it records none (below)."""
+        return LOADER_CODES[self]
+
+
+# The loader's word for each change `check` reports, read off how it turns a change into a finding: on the
+# patch's target `verify` resolves the place (`target`), judges its kind first (`kind`: a class, a property, a
+# value) and its wrapper layers (`conflict`: a layer that is not upstream's; removed or upstream-owned layers are
+# not its concern), then `pinned.compare` makes one `fingerprint` finding of every other difference (the kind
+# string included). On a place the implementation `uses` or copies (`reimplements`) the same changes are `uses`;
+# a declared copy's are `copy`.
+LOADER_CODES: dict[BreakageKind, Optional[FailureCode]] = {
+    BreakageKind.target_removed: FailureCode.target,
+    BreakageKind.target_moved: FailureCode.target,
+    BreakageKind.target_inherited: FailureCode.target,
+    BreakageKind.target_unreadable: FailureCode.target,
+    BreakageKind.kind_changed: FailureCode.fingerprint,  # `kind` when the target became a class or a value
+    BreakageKind.required_parameter_added: FailureCode.fingerprint,
+    BreakageKind.optional_parameter_added: FailureCode.fingerprint,
+    BreakageKind.parameter_removed: FailureCode.fingerprint,
+    BreakageKind.parameter_renamed: FailureCode.fingerprint,
+    BreakageKind.parameter_moved: FailureCode.fingerprint,
+    BreakageKind.positional_shift: FailureCode.fingerprint,
+    BreakageKind.parameter_kind_changed: FailureCode.fingerprint,
+    BreakageKind.parameter_now_required: FailureCode.fingerprint,
+    BreakageKind.parameter_now_optional: FailureCode.fingerprint,
+    BreakageKind.default_changed: FailureCode.fingerprint,
+    BreakageKind.signature_changed: FailureCode.fingerprint,
+    BreakageKind.source_changed: FailureCode.fingerprint,
+    BreakageKind.value_changed: FailureCode.fingerprint,
+    BreakageKind.wrappers_changed: FailureCode.conflict,
+    BreakageKind.copy_gone: FailureCode.copy,
+    BreakageKind.copy_differs: FailureCode.copy,
+    BreakageKind.copy_undeclared: FailureCode.stale_copy,
+    BreakageKind.misdeclared: FailureCode.target,  # `kind` for a class named where a function is patched
+    BreakageKind.unpinned: FailureCode.unpinned,
+    BreakageKind.required_not_applicable: FailureCode.unavailable,  # refused (or skipped: `precondition`)
+    BreakageKind.convention_mismatch: FailureCode.convention,
+    BreakageKind.implementation_unimportable: FailureCode.implementation,
+    BreakageKind.foreign_replacement: FailureCode.conflict,
+    BreakageKind.reach_missing: FailureCode.reach,
+    BreakageKind.name_collision: FailureCode.collision,
+    # the loader records no code for these: it stops before any patch has a record (`PatchSetErrors`), or never
+    # runs what `check` ran
+    BreakageKind.when_excludes: None,
+    BreakageKind.unreviewed: None,
+    BreakageKind.probe_error: None,
+}
+
+#: why the loader records no code for a change `check` reports (the kinds LOADER_CODES maps to None)
+NOT_RECORDED: dict[BreakageKind, str] = {
+    BreakageKind.when_excludes: "start-up stops before any patch is judged: the manifest's validation raises "
+                                "`PatchSetErrors` naming the manifest entry and the patch's `when.vllm`",
+    BreakageKind.unreviewed: "start-up stops before any patch is judged: an unreviewed draft raises `PatchSetErrors`",
+    BreakageKind.probe_error: "`check` only: the loader never runs a retirement probe",
+}
 
 
 def _q(name: Any) -> str:
@@ -218,12 +278,19 @@ class Finding(Struct):
     """One thing found about a patch: why it cannot apply (verify), a call convention it breaks, a copy that
     bypasses it, a place where it no longer stands. Goes into the patch's record as `as_record()`."""
 
-    code: str
+    code: FailureCode  # a string is taken and made its member; any other string raises
     reason: str
     expected: Any = None
     found: Any = None
     breakages: list = field(default_factory=list)  # the `Breakage`s behind it, as `check` reports them
     where: Optional[str] = None  # the place (module:Qualname) or the parameter it is about
+
+    def __post_init__(self) -> None:
+        try:
+            self.code = FailureCode(self.code)
+        except ValueError:
+            raise ValueError(f"Finding code {self.code!r} is not a FailureCode member: a finding's code must be one "
+                             "of vllm_patchkit.declaration.failures.FailureCode (add its row there)") from None
 
     def __str__(self) -> str:
         return self.reason
