@@ -145,7 +145,7 @@ ALLOW = ("set VLLM_PATCHKIT_ALLOW_UNPATCHED={pid} (or `all`) to serve without it
                          "risk, " + ALLOW),
     ("precondition_unknown", "q", "Remedies: use a vLLM release it is pinned for (0.33.0); or the framework cannot "
                                   "read this precondition's fact on vLLM 0.32.0 (upstream removed or renamed what it "
-                                  "reads): teach `declaration/preconditions.py` to read it there (report it), or "
+                                  "reads): teach its row in `declaration/precondition_table.py` to read it there (report it), or "
                                   "serve a release whose facts it reads; or, at your own risk, " + ALLOW),
     ("process", "p", "Remedy: at your own risk, " + ALLOW),
     ("not_a_code", "q", "Remedy: at your own risk, " + ALLOW),

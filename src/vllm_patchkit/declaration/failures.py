@@ -97,7 +97,7 @@ ROWS: tuple[FailureRow, ...] = (
     FailureRow(C.precondition_unknown, (SKIPPED, FAILED), "a fact one of its preconditions reads cannot be read on "
                "this vLLM (an optional patch is skipped with a warning, a required one fails)",
                "the framework cannot read this precondition's fact on vLLM {v} (upstream removed or "
-               "renamed what it reads): teach `declaration/preconditions.py` to read it there (report "
+               "renamed what it reads): teach its row in `declaration/precondition_table.py` to read it there (report "
                "it), or serve a release whose facts it reads", True),
     FailureRow(C.requires, (SKIPPED, FAILED), "a patch it requires is not applied",
                "make the patch it requires apply first (its own row says why it did not)"),
