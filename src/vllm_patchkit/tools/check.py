@@ -217,8 +217,28 @@ def cmd_check(args) -> int:
     except (PatchkitError, ReleaseError, FileNotFoundError, ValueError) as exc:
         print(printable(f"vllm-patchkit check: {exc}"), file=sys.stderr)
         return 2
-    print(RENDER[args.format](report), end="")
+    text = RENDER[args.format](report)
+    if args.confirm:
+        text = _confirmed(text, args, report, ps, manifests)
+    print(text, end="")
     return report.exit_code()
+
+
+def _confirmed(text: str, args, report, ps, manifests) -> str:
+    """The report with `--confirm`'s answers: after the text, or as the JSON's `confirmations`."""
+    import json
+
+    from vllm_patchkit.tools import confirm
+
+    runner, why = confirm.runner_for(report.vllm, args.source, args.confirm_python)
+    roots = tuple(sorted({str(r) for k in ps.patches if (r := reach_check.root_of(ps, k)) is not None}))
+    found = confirm.confirm(report, ps, manifests, runner, why, extra_path=roots)
+    if args.format == "json":
+        doc = json.loads(text)
+        doc["confirmations"] = [c.as_dict() for c in found]
+        doc["confirmed_by"] = runner.describe() if runner is not None else why
+        return json.dumps(doc, indent=2) + "\n"
+    return text + confirm.render(found, runner)
 
 
 def _cmd_matrix(args) -> int:
@@ -227,7 +247,7 @@ def _cmd_matrix(args) -> int:
     from vllm_patchkit.tools import matrix
     from vllm_patchkit.tools.matrix_render import RENDER as MATRIX_RENDER
 
-    for flag, given in (("--source", args.source), ("--live", args.live)):
+    for flag, given in (("--source", args.source), ("--live", args.live), ("--confirm", args.confirm)):
         if given:
             print(f"vllm-patchkit check: {flag} reads one release; --vllm {args.vllm!r} names several "
                   "(each is read from its wheel in the cache, or the installed one statically)", file=sys.stderr)
@@ -262,4 +282,10 @@ def add_check(sub) -> None:
                    help="compare with the pins of this release's manifest (default: the release's own manifest, "
                         "else the newest older one listing each patch)")
     p.add_argument("--format", choices=sorted(RENDER), default="text")
+    p.add_argument("--confirm", action="store_true",
+                   help="exercise each reach or signature breakage on the release in a child process (the installed "
+                        "vLLM, a --source tree put first on the path, or --confirm-python's) and say confirmed, not "
+                        "confirmed or cannot confirm; the verdict and exit code are check's")
+    p.add_argument("--confirm-python", metavar="PY",
+                   help="with --confirm: an interpreter that has the checked release installed (e.g. a venv's python)")
     p.set_defaults(func=cmd_check)
