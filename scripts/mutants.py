@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RELEASE = "0.31.0"
 MANIFEST = ROOT / "manifests" / f"vllm-{RELEASE}.yaml"
 TEST_DIRS = ("tests/patches", "tests/config_stage")  # the patches' own tests against vLLM's real classes
-ORACLE_TIMEOUT = 300
-CHECK_TIMEOUT = 300
+ORACLE_TIMEOUT = int(os.environ.get("PATCHKIT_MUTANT_TIMEOUT", "300"))  # seconds; a loaded machine needs more
+CHECK_TIMEOUT = ORACLE_TIMEOUT
 MARK = "mutant"  # every name a mutant introduces starts with it
 
 
@@ -1116,12 +1116,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def kept_outcomes(path: Path, mutants: list) -> list[Outcome]:
     """The outcomes of an earlier run (its --results file) of mutants still generated: a mutant whose name no
-    longer exists (the set or the tree changed) is dropped, so a resumed table never mixes in a stale one."""
+    longer exists (the set or the tree changed) is dropped, so a resumed table never mixes in a stale one; one whose
+    oracle timed out is run again."""
     if not path.is_file():
         return []
     names = {m.name for m in mutants}
     kept = [Outcome(**d) for d in json.loads(path.read_text())["outcomes"]]
-    return [o for o in kept if f"{o.mutant['kind']}:{o.mutant['place']}" in names]
+    timed_out = lambda o: o.oracle["breaking"] is None and o.oracle["tests"]  # noqa: E731 (run again)
+    return [o for o in kept if f"{o.mutant['kind']}:{o.mutant['place']}" in names and not timed_out(o)]
 
 
 def _doc(outcomes: list[Outcome]) -> dict:
