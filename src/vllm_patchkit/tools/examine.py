@@ -99,7 +99,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             target_id = release.identity(spec)
             why = misdeclared.class_target(patch.kind.value, spec, got.kind)
             if why is None and traits(patch).installs_function and target_id is not None:
-                why = misdeclared.held_by_value(spec, target_id[1])
+                held = [h for h in release.holders(target_id[1]) if _may_hold_original(release, patch, h)]
+                why = misdeclared.held_by_value(spec, target_id[1], held)
             if why is not None:
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue

@@ -100,3 +100,16 @@ def holders(release, spec: str) -> list[str]:
         if not isinstance(d, Missing) and d.where == target.where:
             found.add(where)
     return sorted(found)
+
+
+def demanded_holders(release, spec: str, stage: str = "import") -> list[str]:
+    """The holders of `spec` a patch there must list in `copies`: for an import-stage patch only those that may
+    run before the plugins load (`upstream/import_order.py`: a later importer binds the patched object), for a
+    config-stage one every holder. What `check` reports as `copy_undeclared` when one is not listed."""
+    from vllm_patchkit.upstream.import_order import order_of
+
+    found = holders(release, spec)
+    if stage != "import":
+        return found
+    order = order_of(release)
+    return [h for h in found if order.may_run_before_plugins(h.partition(":")[0])]

@@ -8,7 +8,7 @@ loader then refused, the second time with an untrue "replaced by another object"
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from vllm_patchkit.declaration.kinds import declaration_of
 
@@ -21,14 +21,16 @@ def class_target(patch_kind: str, target: str, target_kind: str) -> Optional[str
             "breaks isinstance, subclassing and its class attributes; wrap its __init__ or a method instead)")
 
 
-def held_by_value(target: str, defined_at: str) -> Optional[str]:
+def held_by_value(target: str, defined_at: str, holders: Sequence[str] = ()) -> Optional[str]:
     """Why `target` cannot be the declared target when the object there is defined at `defined_at` (imported
-    by value, or an alias); None when it is defined where it is named."""
+    by value, or an alias); None when it is defined where it is named. `holders`: the other places a patch at
+    `defined_at` must list in `copies` (offline, where the release's holders are known), named all at once."""
     if defined_at == target:
         return None
+    listed = ", ".join(sorted({target, *holders} - {defined_at}))
     return (f"{target} holds {defined_at} by value (imported or aliased there, not defined there): patching it "
             f"would leave every other holder calling the original; declare the target as {defined_at} and list "
-            f"{target} in `copies`")
+            f"{listed} in `copies`")
 
 
 def _owner(target: str) -> str:

@@ -147,7 +147,8 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
         kind = site.declare
         if kind is None:
             continue
-        target = site.defined_at if kind == "subclass" and site.mechanism == "subclass_override" else site.target
+        target = (site.defined_at if (kind == "subclass" and site.mechanism == "subclass_override")
+                  or site.hints.get("copies") else site.target)  # a by-value holder: at the definition
         if kind == "subclass":
             cls = site.hints.get("implementation") or site.facts.get("cls")
             base = site.target.rsplit(".", 1)[0] if site.mechanism == "subclass_override" and site.target else site.target
@@ -185,6 +186,8 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
         if kind == "env_default":
             doc["env_default"] = {"name": env["name"], "value": str(env["value"])}
         elif kind == "set":
+            if site.hints.get("adds"):
+                doc["adds"] = True
             if "value" in site.hints and site.hints["value"] is not None:
                 doc["value"] = _plain(site.hints["value"])
             elif site.hints.get("value_from"):
@@ -194,6 +197,8 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
             d.stub = f"{_ident(pid)}.py"
             d.stub_text = _stub_wrap(func, site) if kind == "wrap" else _stub_replace(func, site)
             doc["implementation"] = f"{pkg}.{_ident(pid)}:{func}"
+            if site.hints.get("copies"):
+                doc["copies"] = list(site.hints["copies"])
             if site.hints.get("instances"):
                 doc["instances"] = True
             if site.hints.get("reimplements"):

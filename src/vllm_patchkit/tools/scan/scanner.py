@@ -8,6 +8,7 @@ import warnings
 from pathlib import PurePosixPath
 from typing import Optional, Union
 
+from vllm_patchkit.tools.scan import declarable
 from vllm_patchkit.tools.scan.classify import classify
 from vllm_patchkit.tools.scan.model import ScanResult, Site
 from vllm_patchkit.tools.scan.sites import FileScanner
@@ -234,12 +235,13 @@ class Scan:
         if site.dotted and site.mechanism != "sys_modules" and not site.dotted.endswith("<dynamic>"):
             site.target = self.up.place(site.dotted)
             site.defined_at = self._defined_at(site.target)
+            declarable.held_by_value(self.up, site)
         elif site.dotted:
             site.target = site.dotted
         if site.mechanism == "env":
             site.target = None
         if site.target and site.mechanism not in ("sys_modules", "registry"):
-            self._missing(site)
+            declarable.missing(self.up, site)
         if site.mechanism == "registry" and site.target:  # the tables the registration stores into
             for spec in (site.target, site.defined_at):
                 if spec:
@@ -256,11 +258,6 @@ class Scan:
             if d.inherited_from:
                 return d.inherited_from
         return None
-
-    def _missing(self, site: Site) -> None:
-        d = self.up.resolve(site.target) if site.target else None
-        if isinstance(d, Missing) and not d.inherited_from and not d.unreadable:
-            site.facts["missing"] = d.reason + (f"; now at {', '.join(d.moved_to)}" if d.moved_to else "")
 
     def _place_override(self, site: Site) -> bool:
         f = site.facts

@@ -1,0 +1,47 @@
+"""A placed site as the loader will accept it: what the draft must say beyond the place the plugin patched.
+
+Two facts only the release can tell, added to the site's hints for the draft (`draft.py`): a module-level function
+the plugin patches where another module holds it by value is declared at its definition with the holders that keep
+the original in `copies` (all of them at once, not one per `pin` run); a name the plugin adds to a vLLM class that
+does not have it is `adds: true` (pinned as absent), never a place that "is gone".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_patchkit.tools.scan.model import Site
+from vllm_patchkit.tools.static import Definition
+
+#: sites that install a function at a module-level name (a by-value holder of it misses the patch)
+FUNCTION_SITES = frozenset({"wrap", "replace", "functools_wraps", "wrapt"})
+
+
+def held_by_value(up: Any, site: Site) -> None:
+    """`copies` for a function site whose place holds the function by value (`site.defined_at` is elsewhere)."""
+    qual = (site.target or "").partition(":")[2]
+    if not site.defined_at or "." in qual or site.mechanism not in FUNCTION_SITES or up.release is None:
+        return
+    from vllm_patchkit.tools.static_copies import demanded_holders
+
+    held = demanded_holders(up.release, site.defined_at)
+    site.hints["copies"] = sorted({site.target, *held} - {site.defined_at})
+
+
+def missing(up: Any, site: Site) -> None:
+    """What the release lacks at the site's place (`facts["missing"]`, shown in the notes), and whether that is a
+    name the plugin adds."""
+    from vllm_patchkit.upstream.missing import Missing
+
+    d = up.resolve(site.target) if site.target else None
+    if isinstance(d, Missing) and not d.inherited_from and not d.unreadable:
+        site.facts["missing"] = d.reason + (f"; now at {', '.join(d.moved_to)}" if d.moved_to else "")
+        added_name(up, site, d)
+
+
+def added_name(up: Any, site: Site, missing: Any) -> None:
+    """`adds` for `module:Class.name` the release's class does not define nor inherit (not moved elsewhere)."""
+    module, _, qual = site.target.partition(":")
+    owner = qual.rpartition(".")[0]
+    if owner and not missing.moved_to and isinstance(up.resolve(f"{module}:{owner}"), Definition):
+        site.hints["adds"] = True
