@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, NamedTuple, Optional, Union
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.preconditions import Facts, Unknown, held, unmet_at_config, unmet_at_import
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
@@ -156,11 +157,11 @@ class Decider:
             module = self.waits_for(waits_for)
             return Deferred(module, f"requires {waits_for}, which waits for {module} to be imported")
         if self.lazy and kind.changes_target and patch.target is not None:
-            module = patch.target.partition(":")[0]
+            module = Target.parse(patch.target).module
             if module not in sys.modules:
                 return Deferred(module, f"its target module {module} is not imported")
         # a `uses` place whose module vLLM has not imported is verified when it is, never imported here for it
-        later = frozenset(s for s in patch.uses if self.lazy and s.partition(":")[0] not in sys.modules)
+        later = frozenset(s for s in patch.uses if self.lazy and Target.parse(s).module not in sys.modules)
         result = verify(patch, entry, self.pinned_by, later)
         if not isinstance(result, Finding):
             result = kind.choose(patch, result, vllm_config)

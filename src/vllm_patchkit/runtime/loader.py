@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import Refusal
 from vllm_patchkit.declaration.patchsets import CORE, discover
@@ -251,7 +252,7 @@ class Loader:
         stack.append(patch.key)
         if len(stack) > 1:
             for key in stack:
-                self.records[key.split("@")[0]].detail["stack"] = (
+                self.records[PatchKey.parse(key).id].detail["stack"] = (
                     f"{len(stack)} patches on {patch.target}, innermost first: {' < '.join(stack)}")
 
     # -- record -------------------------------------------------------------

@@ -8,6 +8,7 @@ import graphlib
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.names import PatchKey, Target
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.declaration.schema import Patch
@@ -30,7 +31,7 @@ def plan_of(patch_set: PatchSet, loaded: Any, vllm_version: str, manifest_note: 
     """
     m = loaded.manifest if loaded else None
     chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
-    listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
+    listed = {PatchKey.parse(e.patch).id: e for e in (m.patches if m else [])}
     marked_na = {n.patch for n in (m.not_applicable if m else [])}
     for pid in sorted({p.id for p in patch_set.patches.values()}):
         versions = sorted(patch_set.by_id(pid), key=lambda p: p.version)
@@ -76,7 +77,7 @@ def check_modules(plan: Plan, unavailable_of: dict[str, Unavailable], patch_set:
         for fld, spec in named:
             if spec is None:
                 continue
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if module not in known and not module_exists(module):
                 errors.append(DeclarationError(patch_set.files[patch.key], fld,
                                                f"module {module!r} not found (expected an importable module in {spec!r})"))

@@ -10,6 +10,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.applied import Applied
@@ -126,7 +127,7 @@ class Waiting:
         """`uses` places whose module vLLM had not imported when the patch applied: verified the moment it is (the
         front end's config-ready hook pins the model registry, which vLLM imports while it builds the config)."""
         for spec in specs:
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if _imported(module):
                 self._on_use_import(patch, entry, spec, module)
             else:
@@ -163,7 +164,7 @@ class Waiting:
         if applied is None or not applied.late_copies or applied.installed is None:
             return
         for spec in applied.late_copies:
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if module not in sys.modules:
                 HOOK.watch(module, self, lambda mod, spec=spec: self._on_copy_import(patch.id, spec))
 
