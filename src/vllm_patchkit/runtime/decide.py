@@ -66,9 +66,9 @@ class Decider:
         self.waits_for = waits_for
         self.decided: set[str] = set()
 
-    def done(self, pid: str) -> None:
-        """`pid` is past its decision (applied, refused or failed): no longer counts as decided for its dependents."""
-        self.decided.discard(pid)
+    def done(self, patch_id: str) -> None:
+        """`patch_id` is past its decision (applied, refused or failed): no longer counts as decided for its dependents."""
+        self.decided.discard(patch_id)
 
     def preflight(self, plan: list[tuple[Patch, Optional[ManifestEntry], str]], role: str, cfg: dict) -> None:
         """Refuse here, early, when another process will need a required patch this release cannot give.

@@ -49,9 +49,9 @@ class Waiting:
         self.applied_late = applied_late
         self.waiting_on: dict[str, str] = {}
 
-    def waits_for(self, pid: str) -> Optional[str]:
-        """The module `pid` waits for, or None."""
-        return self.waiting_on.get(pid)
+    def waits_for(self, patch_id: str) -> Optional[str]:
+        """The module `patch_id` waits for, or None."""
+        return self.waiting_on.get(patch_id)
 
     def defer(self, patch: Patch, d: Deferred) -> None:
         self.waiting_on[patch.id] = d.module
@@ -73,8 +73,8 @@ class Waiting:
     def forget(self) -> None:
         """Unpatch: every watch dropped; what still waited goes back to pending."""
         HOOK.forget(self)
-        for pid in self.waiting_on:
-            self.ledger.records[pid].set(PENDING, None, "unpatched")
+        for patch_id in self.waiting_on:
+            self.ledger.records[patch_id].set(PENDING, None, "unpatched")
         self.waiting_on.clear()
 
     def _on_import(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
@@ -168,11 +168,11 @@ class Waiting:
             if module not in sys.modules:
                 HOOK.watch(module, self, lambda mod, spec=spec: self._on_copy_import(patch.id, spec))
 
-    def _on_copy_import(self, pid: str, spec: str) -> None:
-        applied = self.applied.get(pid)
+    def _on_copy_import(self, patch_id: str, spec: str) -> None:
+        applied = self.applied.get(patch_id)
         if applied is None or spec not in applied.late_copies:
             return
-        rec = self.ledger.records[pid]
+        rec = self.ledger.records[patch_id]
         try:
             place = resolve(spec, import_module=False)
             held = place.get_raw()
