@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from vllm_patchkit.declaration.names import PatchKey
+
 
 @dataclass(frozen=True)
 class Contradiction:
@@ -37,7 +39,7 @@ class Contradiction:
     def problem(self) -> str:
         return (f"lists required patch {self.key}, whose own when.vllm {self.when_vllm!r} ({self.patch_file}) "
                 f"excludes vLLM {self.release}: the loader would judge it not needed on this release and skip it, "
-                f"so a model that needs it would start without it; list a version of {self.key.split('@')[0]} "
+                f"so a model that needs it would start without it; list a version of {PatchKey.parse(self.key).id} "
                 f"whose when.vllm admits {self.release} (`vllm-patchkit pin --vllm {self.release}` chooses one), "
                 f"or correct {self.key}'s when.vllm")
 

@@ -12,6 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.pins import Manifest
 
 log = logging.getLogger("vllm.patchkit")
@@ -34,7 +35,7 @@ def _check_entries(m: Manifest, path: str, patch_set: PatchSet, errors: list,
     pinning the same release, so a patch listed by two sets' files is reported with both places."""
     for i, entry in enumerate(m.patches):
         patch = patch_set.patches.get(entry.patch)
-        pid = entry.patch.split("@")[0]
+        pid = PatchKey.parse(entry.patch).id
         where = f"patches[{i}]"
         if patch is None:
             errors.append(DeclarationError(path, f"{where}.patch", f"no patch {entry.patch} in the patch set"))

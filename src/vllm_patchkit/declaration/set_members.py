@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from vllm_patchkit.declaration.kinds import declaration_of
+from vllm_patchkit.declaration.names import Target
 
 
 def check_adds(patch) -> None:
@@ -14,7 +15,7 @@ def check_adds(patch) -> None:
                          f"{patch.kind.value!r}")
     if patch.instances or patch.inherited_from is not None:
         raise ValueError("'adds: true' names a member vLLM does not have: not with 'instances' or 'inherited_from'")
-    if "." not in patch.target.partition(":")[2]:
+    if not Target.parse(patch.target).is_member:
         raise ValueError(f"'adds: true' needs 'target' to name a member of a class (module:Class.name), not "
                          f"{patch.target!r}")
 
@@ -27,12 +28,12 @@ def check_inherited_from(patch) -> None:
     if patch.instances:
         raise ValueError("give 'instances: true' (an attribute of each object) or 'inherited_from' (a class "
                          "attribute overridden on one subclass), not both")
-    sub, base = patch.target.partition(":")[2], patch.inherited_from.partition(":")[2]
-    if "." not in sub:
+    sub, base = Target.parse(patch.target), Target.parse(patch.inherited_from)
+    if not sub.is_member:
         raise ValueError(f"'inherited_from' needs 'target' to name a class attribute (module:Sub.attr), not "
                          f"{patch.target!r}")
-    if "." not in base or base.rpartition(".")[2] != sub.rpartition(".")[2]:
+    if not base.is_member or base.attr != sub.attr:
         raise ValueError(f"'inherited_from' must name the same attribute on a base class "
-                         f"(module:Base.{sub.rpartition('.')[2]}), not {patch.inherited_from!r}")
+                         f"(module:Base.{sub.attr}), not {patch.inherited_from!r}")
     if patch.inherited_from == patch.target:
         raise ValueError("'inherited_from' names the target itself: give the base class that defines the attribute")

@@ -18,6 +18,7 @@ from typing import Iterable, Optional
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.reporting.run_folder import Run, load_run
 from vllm_patchkit.reporting.verdict import judge
 from vllm_patchkit.reporting.verdict_values import Verdict
@@ -101,7 +102,8 @@ def families_of(verdict: Verdict) -> list:
             if not row.shown:  # not for this process, as the table hides it
                 continue
             rec = row.record
-            patch_id, _, version = rec.patch.partition("@")
+            key = PatchKey.parse(rec.patch)
+            patch_id, version = key.id, str(key.version)
             state_n[(patch_id, version, rec.patch_set or "", role, str(rec.required).lower(), row.state.value)] += 1
             if row.counted:
                 call_n[(patch_id, role)] += rec.calls

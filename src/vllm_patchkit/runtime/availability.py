@@ -28,7 +28,7 @@ class Unavailable(NamedTuple):  # a NamedTuple: built at every start-up, ~10x ch
     reason: str
 
 
-def unavailable(pid: str, manifest, manifest_path: Optional[str], manifest_note: str,
+def unavailable(patch_id: str, manifest, manifest_path: Optional[str], manifest_note: str,
                 vllm_version: str, pins_of: Optional[str] = None) -> Unavailable:
     """The manifest's answer for a patch it does not list (`pins_of`: the nearest pinned release standing in for
     this one, whose manifest it is)."""
@@ -36,7 +36,7 @@ def unavailable(pid: str, manifest, manifest_path: Optional[str], manifest_note:
         return Unavailable("no_manifest", manifest_note.split(";")[0])
     nearest = f" (the nearest pinned release: no manifest pins vLLM {vllm_version})" if pins_of else ""
     for na in manifest.not_applicable:
-        if na.patch == pid:
+        if na.patch == patch_id:
             return Unavailable("not_applicable", f"not applicable on vLLM {pins_of or vllm_version}{nearest}: {na.reason}")
     return Unavailable("not_listed", f"not listed in {Path(manifest_path or '?').name}{nearest}")
 
@@ -60,11 +60,11 @@ def planned_version(versions: list, entry, running: str, manifest_path: Optional
                                                  "is the version for it and is not listed there")
 
 
-def allowed_unpatched(pid: str) -> bool:
+def allowed_unpatched(patch_id: str) -> bool:
     """Whether the operator accepted serving without this patch ($VLLM_PATCHKIT_ALLOW_UNPATCHED)."""
     raw = os.environ.get(ALLOW_ENV, "")
     names = {n.strip() for n in raw.split(",") if n.strip()}
-    return "all" in names or pid in names
+    return "all" in names or patch_id in names
 
 
 def refusal_message(key: str, vllm_version: str, why_needed: str, why_not: str, remedy: str) -> str:

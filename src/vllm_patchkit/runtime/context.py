@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.errors import PatchkitError, Refusal
 from vllm_patchkit.declaration.failures import FailureCode
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 
 log = logging.getLogger("vllm.patchkit")
@@ -181,7 +182,7 @@ class PatchContext:
         from vllm_patchkit.upstream.targets import resolve
 
         for spec in self.patch.uses:
-            if spec.rpartition(":")[2].rpartition(".")[2] == name:
+            if Target.parse(spec).attr == name:
                 place = resolve(spec)
                 return getattr(place.owner, place.attr)
         raise PatchkitError(f"vllm-patchkit: {self.patch.key}: {name!r} is not among its `uses` "

@@ -10,6 +10,7 @@ import sys
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 from vllm_patchkit.declaration.failures import FailureCode
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.preconditions import Facts, Unknown, held, unmet_at_config, unmet_at_import
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
@@ -66,9 +67,9 @@ class Decider:
         self.waits_for = waits_for
         self.decided: set[str] = set()
 
-    def done(self, pid: str) -> None:
-        """`pid` is past its decision (applied, refused or failed): no longer counts as decided for its dependents."""
-        self.decided.discard(pid)
+    def done(self, patch_id: str) -> None:
+        """`patch_id` is past its decision (applied, refused or failed): no longer counts as decided for its dependents."""
+        self.decided.discard(patch_id)
 
     def preflight(self, plan: list[tuple[Patch, Optional[ManifestEntry], str]], role: str, cfg: dict) -> None:
         """Refuse here, early, when another process will need a required patch this release cannot give.
@@ -159,11 +160,11 @@ class Decider:
             module = self.waits_for(waits_for)
             return Deferred(module, f"requires {waits_for}, which waits for {module} to be imported")
         if self.lazy and kind.changes_target and patch.target is not None:
-            module = patch.target.partition(":")[0]
+            module = Target.parse(patch.target).module
             if module not in sys.modules:
                 return Deferred(module, f"its target module {module} is not imported")
         # a `uses` place whose module vLLM has not imported is verified when it is, never imported here for it
-        later = frozenset(s for s in patch.uses if self.lazy and s.partition(":")[0] not in sys.modules)
+        later = frozenset(s for s in patch.uses if self.lazy and Target.parse(s).module not in sys.modules)
         result = verify(patch, entry, self.pinned_by, later)
         if not isinstance(result, Finding):
             result = kind.choose(patch, result, vllm_config)

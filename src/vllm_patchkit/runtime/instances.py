@@ -11,6 +11,7 @@ import types
 import weakref
 from typing import Any, Callable
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.applied import Applied
 from vllm_patchkit.runtime.wrappers import MARK, build_callable
@@ -20,7 +21,7 @@ log = logging.getLogger("vllm.patchkit")
 
 def init_place(place: Place) -> Place:
     """The `__init__` of the class owning `place` (in its own __dict__, MISSING when inherited)."""
-    module = place.spec.partition(":")[0]
+    module = Target.parse(place.spec).module
     return Place(f"{module}:{place.owner.__qualname__}.__init__", place.owner, "__init__")
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import Refusal
 from vllm_patchkit.declaration.failures import FailureCode
@@ -110,8 +111,8 @@ class Loader:
         self.vllm_config: Any = None  # the config stage's VllmConfig (kind subclass sets a field on it)
         self.pinned_by: dict[str, list[str]] = {}  # every pinned place -> the patch keys pinning it
         for patch, _, _ in self.plan:
-            for spec in patch.pinned_specs:
-                self.pinned_by.setdefault(spec, []).append(patch.key)
+            for place in patch.pinned_specs:
+                self.pinned_by.setdefault(place, []).append(patch.key)
         # the jobs, each with what it reads handed in (see the module docstring)
         self.hosting = Hosting(role, self.ledger)
         self.stale = StaleWatch(self.ledger, self.applied)
@@ -252,7 +253,7 @@ class Loader:
         stack.append(patch.key)
         if len(stack) > 1:
             for key in stack:
-                self.records[key.split("@")[0]].detail["stack"] = (
+                self.records[PatchKey.parse(key).id].detail["stack"] = (
                     f"{len(stack)} patches on {patch.target}, innermost first: {' < '.join(stack)}")
 
     # -- record -------------------------------------------------------------
@@ -267,19 +268,19 @@ class Loader:
         """Copy live counters into the records; returns the total calls and counts (a cheap change detector)."""
         total = 0
         steps_by_role: dict[tuple, int] = {}  # a process hosting roles (hosting.py) counts each step once per role
-        for pid, applied in self.applied.items():
+        for patch_id, applied in self.applied.items():
             calls = applied.counter.calls
-            self.records[pid].calls = calls
-            publish_raised(applied.counter, self.records[pid])  # exceptions out of it (raised.py)
+            self.records[patch_id].calls = calls
+            publish_raised(applied.counter, self.records[patch_id])  # exceptions out of it (raised.py)
             if applied.patch.instances:
-                self.records[pid].detail["objects"] = (len(applied.instances) if applied.instances != () else
+                self.records[patch_id].detail["objects"] = (len(applied.instances) if applied.instances != () else
                                                        "not tracked (the class takes no weak references)")
             total += calls + applied.counter.raised + applied.counter.passed
             if applied.patch.counts_steps:  # alternatives of one role (step, step_with_batch_queue) add up
                 role = tuple(p.value for p in applied.patch.processes)
                 steps_by_role[role] = steps_by_role.get(role, 0) + calls
             if applied.ctx is not None:  # the implementation's own counters (PatchContext.count)
-                applied.ctx.publish(self.records[pid].detail)
+                applied.ctx.publish(self.records[patch_id].detail)
         steps = max(steps_by_role.values()) if steps_by_role else None
         self.process.steps = steps
         self.standing.report_not_built(steps)
@@ -327,8 +328,8 @@ class Loader:
         """Put back the exact original objects, newest first; drop the hooks still waiting for an import."""
         self.waiting.forget()
         self.stale.clear()
-        for pid in reversed(list(self.applied)):
-            self.applied.pop(pid).undo()
-            self.records[pid].set(PENDING, None, "unpatched")
-            self.records[pid].detail.pop("stack", None)
+        for patch_id in reversed(list(self.applied)):
+            self.applied.pop(patch_id).undo()
+            self.records[patch_id].set(PENDING, None, "unpatched")
+            self.records[patch_id].detail.pop("stack", None)
         self.stacks.clear()

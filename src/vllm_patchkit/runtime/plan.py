@@ -8,6 +8,7 @@ import graphlib
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.errors import DeclarationError, PatchSetErrors
+from vllm_patchkit.declaration.names import PatchKey, Target
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.declaration.schema import Patch
@@ -30,34 +31,34 @@ def plan_of(patch_set: PatchSet, loaded: Any, vllm_version: str, manifest_note: 
     """
     m = loaded.manifest if loaded else None
     chosen: dict[str, tuple[Patch, Optional[ManifestEntry]]] = {}
-    listed = {e.patch.split("@")[0]: e for e in (m.patches if m else [])}
+    listed = {PatchKey.parse(e.patch).id: e for e in (m.patches if m else [])}
     marked_na = {n.patch for n in (m.not_applicable if m else [])}
-    for pid in sorted({p.id for p in patch_set.patches.values()}):
-        versions = sorted(patch_set.by_id(pid), key=lambda p: p.version)
+    for patch_id in sorted({p.id for p in patch_set.patches.values()}):
+        versions = sorted(patch_set.by_id(patch_id), key=lambda p: p.version)
         path = loaded.path if loaded else None
-        patch, entry, excluded = planned_version(versions, listed.get(pid), vllm_version, path)
-        chosen[pid] = (patch, entry)
+        patch, entry, excluded = planned_version(versions, listed.get(patch_id), vllm_version, path)
+        chosen[patch_id] = (patch, entry)
         rec = PatchRecord(patch=patch.key, patch_set=patch_set.set_of.get(patch.key), kind=patch.kind.value,
                           required=patch.required, stage=patch.stage, target=patch.target,
                           expected_calls=patch.expected_calls.value)
-        records[pid] = rec
+        records[patch_id] = rec
         if entry is None:
-            why = excluded or unavailable(pid, m, path, manifest_note, vllm_version, pins_of)
-            if patch.observer and pid not in marked_na:
+            why = excluded or unavailable(patch_id, m, path, manifest_note, vllm_version, pins_of)
+            if patch.observer and patch_id not in marked_na:
                 rec.detail["unpinned"] = f"observing hook applied without a pin ({why.reason})"
             else:
-                unavailable_of[pid] = why
-    graph = {pid: set(patch_set.requires_of(p)) & chosen.keys() for pid, (p, _) in chosen.items()}
+                unavailable_of[patch_id] = why
+    graph = {patch_id: set(patch_set.requires_of(p)) & chosen.keys() for patch_id, (p, _) in chosen.items()}
     order = list(graphlib.TopologicalSorter(graph).static_order())
     stage_of: dict[str, str] = {}
     plan = []
-    for pid in order:
-        patch, entry = chosen[pid]
+    for patch_id in order:
+        patch, entry = chosen[patch_id]
         stage = patch.stage
         if any(stage_of.get(d) == "config" for d in patch.requires):
             stage = "config"  # a dependent cannot run before what it depends on
-        stage_of[pid] = stage
-        records[pid].stage = stage
+        stage_of[patch_id] = stage
+        records[patch_id].stage = stage
         plan.append((patch, entry, stage))
     return plan
 
@@ -76,7 +77,7 @@ def check_modules(plan: Plan, unavailable_of: dict[str, Unavailable], patch_set:
         for fld, spec in named:
             if spec is None:
                 continue
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if module not in known and not module_exists(module):
                 errors.append(DeclarationError(patch_set.files[patch.key], fld,
                                                f"module {module!r} not found (expected an importable module in {spec!r})"))

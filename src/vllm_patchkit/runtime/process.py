@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from vllm_patchkit.declaration.names import Target
+
 ROLE_ENV = "VLLM_PATCHKIT_ROLE"
 
 # The callers of `load_general_plugins()` that tell the roles apart, as `module:Qualname` specs.
@@ -25,8 +27,8 @@ CALLERS = (
 
 def _frame_key(spec: str) -> tuple[str, str]:
     """(file path suffix, function name) of a spec, matched against a frame's code."""
-    module, _, qualname = spec.partition(":")
-    return os.path.join(*module.split(".")) + ".py", qualname.rpartition(".")[2]
+    target = Target.parse(spec)
+    return os.path.join(*target.module.split(".")) + ".py", target.attr
 
 
 _CALLERS = tuple((*_frame_key(spec), role) for spec, role in CALLERS)

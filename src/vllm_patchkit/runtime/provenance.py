@@ -12,6 +12,7 @@ import types
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
@@ -41,7 +42,7 @@ def replaced_by(spec: str, func: Any, owner: Any = None) -> Optional[str]:
     """
     if type(func) is not types.FunctionType:
         return None
-    module, _, qualname = spec.partition(":")
+    module, qualname = Target.parse(spec)
     code = func.__code__
     if func.__module__ != module or func.__qualname__ != qualname:
         return f"{func.__module__}:{func.__qualname__} (code in {code.co_filename})"
@@ -183,7 +184,7 @@ def foreign_replacement(patch: Patch, spec: str, raw: Any) -> Optional[Finding]:
     if type(func) is not types.FunctionType or ours(func):
         return None
     _, file, _ = code_site(func)
-    if not outside_upstream(file, spec.partition(":")[0]):
+    if not outside_upstream(file, Target.parse(spec).module):
         return None
     site = describe_site(func)
     return Finding("conflict", f"{spec} was replaced by code outside vLLM: {site}; another plugin put its own "

@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 
 from vllm_patchkit.declaration import manifest as manifests_mod
 from vllm_patchkit.declaration.entry_point_inputs import ALL
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.patchsets import EXTRA_ENV
 from vllm_patchkit.declaration.preconditions import admits_for, remember_admits
@@ -44,8 +45,8 @@ class Vetted(NamedTuple):
 
 
 def _named_modules(ps: PatchSet) -> set[str]:
-    return {spec.partition(":")[0] for p in ps.patches.values()
-            for spec in (p.target, p.implementation, p.value_from, *p.copies, *p.uses) if spec}
+    return {Target.parse(place).module for p in ps.patches.values()
+            for place in (p.target, p.implementation, p.value_from, *p.copies, *p.uses) if place}
 
 
 def _sets_key(sets, with_env: bool) -> tuple[list, str]:

@@ -14,6 +14,7 @@ import inspect
 import textwrap
 from typing import Any, Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.targets import TargetError, resolve
 
 # Which model runner a worker class constructs, by runner version (vLLM 0.31's
@@ -89,11 +90,10 @@ def shadowing(target_owner: type, name: str, used: type) -> Optional[str]:
 
 def find_shadowed(target: str, in_use: dict[str, str]) -> list[tuple[str, str]]:
     """[(class in use, shadowing class)] for a `module:Class.method` target."""
-    module, _, qual = target.partition(":")
-    if "." not in qual:
+    place = Target.parse(target)
+    if not place.is_member:
         return []
-    owner_spec = f"{module}:{qual.rsplit('.', 1)[0]}"
-    method = qual.rsplit(".", 1)[1]
+    owner_spec, method = str(place.owner_target), place.attr
     try:
         owner = resolve(owner_spec).get_raw()
     except TargetError:

@@ -48,8 +48,8 @@ class StaleWatch:
 
     def _findings(self, found: dict[str, list[str]]) -> int:
         new = 0
-        for pid, places in found.items():
-            rec = self.ledger.records[pid]
+        for patch_id, places in found.items():
+            rec = self.ledger.records[patch_id]
             seen = {f.get("where") for f in rec.findings if f.get("code") == "stale_copy"}
             for where in places:
                 if where in seen:
@@ -63,8 +63,8 @@ class StaleWatch:
     def _searched(self, ids) -> dict[int, tuple[str, set[str]]]:
         out = {}
         for key in ids:
-            pid, declared, _ = self.originals[key]
-            out[key] = (pid, declared | set(main_aliases(declared)))  # `python -m` runs a module as __main__
+            patch_id, declared, _ = self.originals[key]
+            out[key] = (patch_id, declared | set(main_aliases(declared)))  # `python -m` runs a module as __main__
         return out
 
     def report(self, decisions: list[tuple[Patch, Verified]]) -> None:
@@ -82,7 +82,7 @@ class StaleWatch:
         plugin's own modules, model code, targets applied lazily) and under other names (`from x import f as
         g`). The flusher runs it off the start-up path (~30 ms with vLLM's engine loaded); returns the new
         findings."""
-        live = [k for k, (pid, _, _) in self.originals.items() if pid in self.applied]
+        live = [k for k, (patch_id, _, _) in self.originals.items() if patch_id in self.applied]
         if not live:
             return 0
         return self._findings(stale_copies(self._searched(live)))

@@ -39,8 +39,8 @@ class Standing:
         every flush (the flusher's periodic tick, the stage ends, exit); a few attribute reads per patch.
         Returns the patches newly found replaced."""
         new = 0
-        for pid, applied in list(self.applied.items()):
-            rec = self.ledger.records.get(pid)
+        for patch_id, applied in list(self.applied.items()):
+            rec = self.ledger.records.get(patch_id)
             kind = kind_of(applied.patch)
             if rec is None or rec.state != APPLIED or applied.installed is None or not kind.installs_function:
                 continue
@@ -53,7 +53,7 @@ class Standing:
                 while obj is not applied.installed and hasattr(obj, "__wrapped__") and id(obj) not in seen:
                     seen.add(id(obj))  # a layer stacked on ours (another patch, a decorator) still calls ours
                     obj = obj.__wrapped__
-                if obj is applied.installed or self.applied.get(pid) is not applied:
+                if obj is applied.installed or self.applied.get(patch_id) is not applied:
                     continue  # in place; or unpatched meanwhile (popped before its places are put back)
                 site = replaced_in_place(now)
                 applied.places.remove((place, original))  # never put vLLM's original back over that object
@@ -90,5 +90,5 @@ class Standing:
 
     def report_not_built(self, steps: Optional[int]) -> None:
         """What only running reveals, each kind for its own patches (a selected subclass vLLM never built)."""
-        for pid, applied in self.applied.items():
-            kind_of(applied.patch).report(applied, self.ledger.records[pid], steps)
+        for patch_id, applied in self.applied.items():
+            kind_of(applied.patch).report(applied, self.ledger.records[patch_id], steps)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.errors import RequiredPatchFailed
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
 from vllm_patchkit.runtime.applied import Applied
@@ -49,9 +50,9 @@ class Waiting:
         self.applied_late = applied_late
         self.waiting_on: dict[str, str] = {}
 
-    def waits_for(self, pid: str) -> Optional[str]:
-        """The module `pid` waits for, or None."""
-        return self.waiting_on.get(pid)
+    def waits_for(self, patch_id: str) -> Optional[str]:
+        """The module `patch_id` waits for, or None."""
+        return self.waiting_on.get(patch_id)
 
     def defer(self, patch: Patch, d: Deferred) -> None:
         self.waiting_on[patch.id] = d.module
@@ -73,8 +74,8 @@ class Waiting:
     def forget(self) -> None:
         """Unpatch: every watch dropped; what still waited goes back to pending."""
         HOOK.forget(self)
-        for pid in self.waiting_on:
-            self.ledger.records[pid].set(PENDING, None, "unpatched")
+        for patch_id in self.waiting_on:
+            self.ledger.records[patch_id].set(PENDING, None, "unpatched")
         self.waiting_on.clear()
 
     def _on_import(self, patch: Patch, entry: Optional[ManifestEntry], stage: str, cfg: Optional[dict],
@@ -127,7 +128,7 @@ class Waiting:
         """`uses` places whose module vLLM had not imported when the patch applied: verified the moment it is (the
         front end's config-ready hook pins the model registry, which vLLM imports while it builds the config)."""
         for spec in specs:
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if _imported(module):
                 self._on_use_import(patch, entry, spec, module)
             else:
@@ -164,15 +165,15 @@ class Waiting:
         if applied is None or not applied.late_copies or applied.installed is None:
             return
         for spec in applied.late_copies:
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             if module not in sys.modules:
                 HOOK.watch(module, self, lambda mod, spec=spec: self._on_copy_import(patch.id, spec))
 
-    def _on_copy_import(self, pid: str, spec: str) -> None:
-        applied = self.applied.get(pid)
+    def _on_copy_import(self, patch_id: str, spec: str) -> None:
+        applied = self.applied.get(patch_id)
         if applied is None or spec not in applied.late_copies:
             return
-        rec = self.ledger.records[pid]
+        rec = self.ledger.records[patch_id]
         try:
             place = resolve(spec, import_module=False)
             held = place.get_raw()

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from packaging.version import Version
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.tools.releases import Release, ReleaseError, open_release
 from vllm_patchkit.declaration.pins import Manifest, ManifestEntry
@@ -33,7 +34,7 @@ def older_entry(patch_id: str, manifests: dict[str, Manifest], version: str,
     """The entry of the newest manifest older than `version` that lists the patch."""
     for v in sorted((v for v in manifests if Version(v) < Version(version)), key=Version, reverse=True):
         for e in manifests[v].patches:
-            if e.patch.split("@")[0] == patch_id:
+            if PatchKey.parse(e.patch).id == patch_id:
                 return Baseline(v, e, (paths or {}).get(v, ""))
     return None
 

@@ -33,6 +33,7 @@ from typing import Optional
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools import live, reach_check, unreviewed
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
@@ -118,7 +119,7 @@ def _contradictions(patch_set: PatchSet, own_key: str, own: Manifest, paths: dic
     if not find(patch_set, {own_key: own}, paths):
         return
     for c in find(patch_set, {own_key: own}, paths, folders=discovered_folders()):
-        res = next((r for r in results if r.patch.split("@")[0] == c.key.split("@")[0]), None)
+        res = next((r for r in results if PatchKey.parse(r.patch).id == PatchKey.parse(c.key).id), None)
         if res is None:
             continue
         patch = patch_set.patches[c.key]
@@ -131,7 +132,7 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
     if baseline is not None:
         bkey = exact(manifests, baseline)
         m = manifests[bkey]
-        entry = next((e for e in m.patches if e.patch.split("@")[0] == pid), None)
+        entry = next((e for e in m.patches if PatchKey.parse(e.patch).id == pid), None)
         na = next((n for n in m.not_applicable if n.patch == pid), None)
         base = Baseline(bkey, entry, paths.get(bkey, "")) if entry else None
         if base is None and na is not None:
@@ -151,7 +152,7 @@ def _check_one(release, patch_set, pid, newest, manifests, version, own, own_key
                                               newest.target or pid, new="refused" if admitted else "skipped",
                                               detail=na.reason))
             return res
-        entry = next((e for e in own.patches if e.patch.split("@")[0] == pid), None)
+        entry = next((e for e in own.patches if PatchKey.parse(e.patch).id == pid), None)
         if entry is None:
             base = older_entry(pid, manifests, version, paths)
             res = _compare_entry(release, patch_set, base, newest) if base else _unpinned(release, newest, patch_set)

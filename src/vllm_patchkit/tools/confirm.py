@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 
 TIMEOUT_S = 180
@@ -77,7 +78,7 @@ def runner_for(version: str, source: Optional[str], python: Optional[str]) -> tu
 
 def probe_of(b: Breakage, pinned_signature: Optional[str], provider: Optional[str]) -> Optional[dict]:
     """What the child runs for one breakage (None: not a breakage --confirm exercises)."""
-    module, _, qual = b.target.partition(":")
+    module, qual = Target.parse(b.target)
     if b.kind == BreakageKind.reach_missing:
         if b.old == "import":
             return {"probe": "import", "module": module, "name": qual}

@@ -75,7 +75,9 @@ def probe_provided(cls_spec: str, name: str) -> dict:
     """A `set`'s class must give its objects what vLLM's inherited methods read: import the plugin's class."""
     from vllm_patchkit.upstream import reach_live
 
-    module, _, qual = cls_spec.partition(":")
+    from vllm_patchkit.declaration.names import Target
+
+    module, qual = Target.parse(cls_spec)
     try:
         cls = _import_owner(module, qual)
     except Exception as exc:

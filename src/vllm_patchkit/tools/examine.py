@@ -15,6 +15,7 @@ from typing import Optional, Union
 
 import msgspec
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import misdeclared
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind
 from vllm_patchkit.upstream.compat import judge_all
@@ -152,7 +153,7 @@ def _may_hold_original(release: Release, patch: Patch, held: str) -> bool:
     later, and any holder may have bound the original by then."""
     if patch.stage != "import":
         return True
-    return release.runs_before_plugins(held.partition(":")[0])
+    return release.runs_before_plugins(Target.parse(held).module)
 
 
 def _set_place(release: Release, patch: Patch, spec: str,

@@ -11,6 +11,7 @@ import msgspec
 import yaml
 
 from vllm_patchkit.declaration.declare import parse_manifest
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.errors import PatchkitError
 from vllm_patchkit.declaration.manifest import load_manifests
@@ -77,7 +78,7 @@ def split_by_set(m: Manifest, patch_set: PatchSet) -> dict[Optional[str], Manife
     out: dict[Optional[str], Manifest] = {}
     for name in {patch_set.set_of.get(k) for k in patch_set.patches}:
         mine = {k for k in patch_set.patches if patch_set.set_of.get(k) == name}
-        ids = {k.split("@")[0] for k in mine}
+        ids = {PatchKey.parse(k).id for k in mine}
         out[name] = msgspec.structs.replace(m, patches=[e for e in m.patches if e.patch in mine],
                                             not_applicable=[n for n in m.not_applicable if n.patch in ids])
     return out

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import Manifest
 from vllm_patchkit.declaration.schema import Patch
@@ -95,7 +96,7 @@ class Matrix:
     def _patch(self, result: PatchResult) -> Optional[Patch]:
         found = self.patch_set.patches.get(result.patch)
         if found is None:
-            versions = self.patch_set.by_id(result.patch.split("@")[0])
+            versions = self.patch_set.by_id(PatchKey.parse(result.patch).id)
             found = max(versions, key=lambda p: p.version) if versions else None
         return found
 
@@ -103,7 +104,7 @@ class Matrix:
         rows: dict[str, Row] = {}
         for rel in self.releases:
             for res in self.reports[rel].results:
-                pid = res.patch.split("@")[0]
+                pid = PatchKey.parse(res.patch).id
                 patch = self._patch(res)
                 row = rows.setdefault(pid, Row(pid, False))
                 row.required = row.required or bool(patch is not None and patch.required)

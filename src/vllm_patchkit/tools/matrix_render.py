@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.tools.matrix import Matrix
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools.render import counts_line, render_github, report_doc
@@ -19,7 +20,7 @@ LEGEND = ("cells: the patch's status on that release, as `check --vllm X` gives 
 
 
 def cell(res: PatchResult, show_version: bool) -> str:
-    text = LABEL[res.status] + (f" @{res.patch.partition('@')[2]}" if show_version and "@" in res.patch else "")
+    text = LABEL[res.status] + (f" @{PatchKey.parse(res.patch).version}" if show_version and "@" in res.patch else "")
     return text + (" +retirable" if res.retire else "")
 
 

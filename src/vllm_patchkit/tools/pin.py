@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools import reach_check
 from vllm_patchkit.tools.baseline import exact
@@ -153,7 +154,7 @@ def pin_release(release: Release, patch_set: PatchSet, manifests: dict[str, Mani
     own_key = exact(manifests, version)
     own = manifests.get(own_key) if own_key else None
     kept_na = {n.patch: n for n in (own.not_applicable if own else [])}
-    chosen = {e.patch.split("@")[0]: e for e in (own.patches if own else [])}
+    chosen = {PatchKey.parse(e.patch).id: e for e in (own.patches if own else [])}
     entries: list[ManifestEntry] = []
     not_applicable: list[NotApplicable] = []
     notes: list[str] = []

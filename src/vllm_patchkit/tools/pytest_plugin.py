@@ -242,7 +242,9 @@ class CompleteItem(_Item):
         self.manifest, self.patch_set, self.only = manifest, patch_set, only
 
     def runtest(self) -> None:
-        known = {e.patch.split("@")[0] for e in self.manifest.patches} | {n.patch for n in self.manifest.not_applicable}
+        from vllm_patchkit.declaration.names import PatchKey
+
+        known = {PatchKey.parse(e.patch).id for e in self.manifest.patches} | {n.patch for n in self.manifest.not_applicable}
         ps = self.patch_set
         ids = {p.id for k, p in ps.patches.items() if self.only is None or ps.set_of.get(k) in self.only}
         missing = sorted(ids - known)

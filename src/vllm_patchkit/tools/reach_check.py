@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.pins import ManifestEntry, ReachPin
 from vllm_patchkit.declaration.schema import Patch
@@ -52,7 +53,7 @@ def instance_param(patch: Patch) -> Optional[int]:
         return None
     if row.wraps_original:
         return 1
-    if row.stands_in and "." in patch.target.partition(":")[2]:
+    if row.stands_in and Target.parse(patch.target).is_member:
         return 0
     return None
 
@@ -111,12 +112,11 @@ def breakages(release, patch: Patch, entry: Optional[ManifestEntry], root: Optio
     for key, pin in sorted((entry.reach if entry is not None else {}).items()):
         if key in reached or key in seen or types is None or pin.kind == "provide":
             continue
-        module, _, qual = key.partition(":")
+        reached = Target.parse(key)
         if pin.kind == "import":
-            found = types.module_defines(module, qual)
+            found = types.module_defines(reached.module, reached.qualname)
         else:
-            owner, _, name = qual.rpartition(".")
-            found = types.member(f"{module}:{owner}", name)
+            found = types.member(f"{reached.module}:{reached.owner or ''}", reached.attr)
         if found is None:
             out.append(Breakage(BreakageKind.reach_missing, patch.key, key, old=pin.kind, new=version,
                                 detail=f"pinned in the manifest entry of {patch.key}"))

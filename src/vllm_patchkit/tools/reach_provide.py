@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream import impl_static
@@ -97,7 +98,7 @@ def read(release: StaticRelease, patch: Patch) -> list[Owed]:
     assigned: set[str] = set()
     inherited: list[tuple[str, ast.AST]] = []
     for where, node in chain:
-        mod = release.module(where.partition(":")[0])
+        mod = release.module(Target.parse(where).module)
         in_bodies |= set(release._class_scope(node, mod.package if mod else where).names)
         assigned |= set(instance_assignments(node))
         for fn in node.body:
@@ -108,14 +109,15 @@ def read(release: StaticRelease, patch: Patch) -> list[Owed]:
         got_from_vllm |= assigned
     out: dict[str, Owed] = {}
     for where, fn in inherited:
-        mod = release.module(where.partition(":")[0])
-        path = mod.path if mod is not None and mod.path else where.partition(":")[0]
+        module, qualname = Target.parse(where)
+        mod = release.module(module)
+        path = mod.path if mod is not None and mod.path else module
         for name, line in _self_reads(fn):
             if name in out or name not in assigned or name in in_bodies or name in got_from_vllm:
                 continue
             member = Member("instance_attribute") if name in own else None
             out[name] = Owed(ReachItem("provide", d.where, name, str(path), line, True, member),
-                             f"{where.partition(':')[2]}.{fn.name}")
+                             f"{qualname}.{fn.name}")
     return sorted(out.values(), key=lambda o: o.item.name)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.upstream.reach import Member, is_vllm
@@ -48,9 +49,8 @@ class ReleaseTypes:
         return d.module, d.qualname, d.node
 
     def target_owner(self, target: str) -> Optional[str]:
-        module, _, qual = target.partition(":")
-        owner = qual.rpartition(".")[0]
-        found = self._class(f"{module}:{owner}") if owner else None
+        owner = Target.parse(target).owner_target
+        found = self._class(str(owner)) if owner else None
         return f"{found[0]}:{found[1]}" if found else None
 
     def parameter(self, target: str, name: str) -> Optional[Member]:
@@ -132,7 +132,7 @@ class ReleaseTypes:
         chain = self.r._mro(module, qual, node)
         fielded = any(_fielded(n) for _, n in chain)
         for where, n in chain:  # in the body: a def, a class attribute, an annotated field
-            mod = where.partition(":")[0]
+            mod = Target.parse(where).module
             scope = self.r._class_scope(n, self.r.module(mod).package if self.r.module(mod) else mod)
             b = scope.names.get(name)
             if isinstance(b, FUNCS):
@@ -149,7 +149,7 @@ class ReleaseTypes:
         for where, n in chain:  # assigned on each object by a method
             assigned = instance_assignments(n).get(name)
             if assigned:
-                mod = where.partition(":")[0]
+                mod = Target.parse(where).module
                 ann = next((a for _, a in chain for a in [_annotation_in_body(a, name)] if a is not None), None) \
                     or _self_annotation(n, name)
                 if ann is not None:
@@ -256,7 +256,7 @@ def _outside_bases(release: StaticRelease, chain) -> bool:
             path = dotted(b.value if isinstance(b, ast.Subscript) else b)
             if path is None or path.rpartition(".")[2] in HARMLESS_BASES | FIELDED_BASES:
                 continue
-            got = release._dotted_in(where.partition(":")[0], path)
+            got = release._dotted_in(Target.parse(where).module, path)
             if not (isinstance(got, tuple) and got[0] == "def" and f"{got[1]}:{got[2]}" in inside and is_vllm(got[1])):
                 return True
     return False

@@ -10,6 +10,7 @@ from typing import Any, Optional, Protocol, Union
 import msgspec
 from packaging.version import InvalidVersion, Version
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.tools.live import note_import
@@ -66,11 +67,12 @@ class LiveRelease:
         return self._static
 
     def lookup(self, spec: str, with_digest: bool = False) -> Union[Fingerprint, Missing]:
-        note_import(spec.partition(":")[0])
+        module = Target.parse(spec).module
+        note_import(module)
         try:
             place = resolve(spec)
         except TargetError as exc:
-            if "cannot be imported" in str(exc) and self.static().module(spec.partition(":")[0]) is not None:
+            if "cannot be imported" in str(exc) and self.static().module(module) is not None:
                 return Missing(spec, str(exc), unreadable=True)
             base = _live_definer(spec)
             if base is not None:  # what the loader sees: the class has it, through its MRO
@@ -113,7 +115,7 @@ class LiveRelease:
 def _live_definer(spec: str) -> Optional[str]:
     """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
     try:
-        importlib.import_module(spec.partition(":")[0])
+        importlib.import_module(Target.parse(spec).module)
     except Exception:
         return None
     place = resolve_through_mro(spec)

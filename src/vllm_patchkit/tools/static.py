@@ -84,6 +84,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import source_fingerprint as fp
 from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.missing import Missing
@@ -271,7 +272,10 @@ class StaticRelease(ReleaseModules):
     # -- the public questions
     def resolve(self, spec: str) -> Union[Definition, Missing]:
         """The definition `module:Qualname` names in this release, or why there is none."""
-        module, _, qualname = spec.partition(":")
+        try:
+            module, qualname = Target.parse(spec)
+        except ValueError as exc:
+            return Missing(spec, str(exc))
         parts = qualname.split(".")
         if self.module(module) is None:
             return Missing(spec, f"module {module!r} is not in this release")
@@ -317,8 +321,8 @@ class StaticRelease(ReleaseModules):
         kind `instance_attribute` (`fingerprint.instance_attribute`, the rule the loader reads live too), or
         Missing saying why not. Bases are read in MRO order (C3, as Python computes it), bases outside the
         release left out (live, the loader leaves them out too)."""
-        module, _, qual = spec.partition(":")
-        cls_qual, _, attr = qual.rpartition(".")
+        place = Target.parse(spec)
+        module, cls_qual, attr = place.module, place.owner, place.attr
         if not cls_qual:
             return Missing(spec, f"{spec} does not name an attribute of a class (module:Class.attr)")
         d = self.resolve(f"{module}:{cls_qual}")

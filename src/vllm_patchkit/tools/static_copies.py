@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
+
 _FROM_IMPORT = re.compile(rb"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)", re.MULTILINE)
 _NAME = re.compile(r"^\s*([A-Za-z_]\w*)(?:\s+as\s+([A-Za-z_]\w*))?\s*$")
 
@@ -75,13 +77,13 @@ def holders(release, spec: str) -> list[str]:
     (sorted). Only module-level functions are copied this way; anything else gives []."""
     from vllm_patchkit.upstream.missing import Missing
 
-    module, _, qualname = spec.partition(":")
-    if "." in qualname:
+    place = Target.parse(spec)
+    if place.is_member:
         return []
     target = release.resolve(spec)
     if isinstance(target, Missing) or target.kind not in ("function",):
         return []
-    top = module.split(".")[0]
+    top = place.module.split(".")[0]
     indexes = release.__dict__.setdefault("_import_indexes", {})
     index = indexes.get(top) or indexes.setdefault(top, ImportIndex(release, top))
     leaf = target.qualname.rpartition(".")[2]
@@ -112,4 +114,4 @@ def demanded_holders(release, spec: str, stage: str = "import") -> list[str]:
     if stage != "import":
         return found
     order = order_of(release)
-    return [h for h in found if order.may_run_before_plugins(h.partition(":")[0])]
+    return [h for h in found if order.may_run_before_plugins(Target.parse(h).module)]

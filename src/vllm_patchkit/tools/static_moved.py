@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.static_source import Source, module_name
 from vllm_patchkit.upstream.static_tables import FUNCS, ModuleTable, Scope
 
@@ -31,7 +32,7 @@ class MovedSearch:
         """
         if (spec, limit) in self._found:
             return self._found[(spec, limit)]
-        module, _, qualname = spec.partition(":")
+        module, qualname = Target.parse(spec)
         parts = qualname.split(".")
         leaf = parts[-1]
         cls = parts[-2] if len(parts) > 1 else None

@@ -49,6 +49,7 @@ from __future__ import annotations
 import inspect
 from typing import Iterable, Optional, Union
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind as K
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
@@ -117,7 +118,7 @@ def _override_name(patch: Patch, b: Breakage) -> Optional[str]:
         return name if name in patch.overrides else None
     if b.target == patch.target or b.target in patch.pinned_specs:
         return None
-    name = b.target.partition(":")[2].rpartition(".")[2]
+    name = Target.parse(b.target).attr
     return name if name in patch.overrides else None
 
 

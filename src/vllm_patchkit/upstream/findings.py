@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, Optional
 from msgspec import Struct, field
 
 from vllm_patchkit.declaration.failures import FailureCode
+from vllm_patchkit.declaration.names import Target
 
 
 class ProbeAnswer(NamedTuple):
@@ -139,9 +140,9 @@ def _explain_shift(b: "Breakage") -> str:
 
 def _explain_inherited(b: "Breakage") -> str:
     """`target` is `m:C.attr`, `new` the base's definition `m2:Base.attr` it is now inherited from."""
-    qual = b.target.partition(":")[2]
-    owner = qual.rpartition(".")[0]
-    base = b.new.partition(":")[2]
+    target = Target.parse(b.target)
+    qual, owner = target.qualname, target.owner or ""
+    base = Target.parse(b.new).qualname
     said = (f"now inherited from {b.new}, no longer defined on {owner}" if b.old == "defined" else
             f"inherited from {b.new}, not defined on {owner}")  # `old`: the pin had it on the class
     return (f"{said}: a patch on {qual} would add an override "
@@ -151,7 +152,8 @@ def _explain_inherited(b: "Breakage") -> str:
 def _explain_collision(b: "Breakage") -> str:
     """`target`: the `module:Class.name` the patch adds; `new`: where the release defines that name (the class
     itself or the base the MRO finds it in); `detail`: the release."""
-    owner, _, name = b.target.partition(":")[2].rpartition(".")
+    target = Target.parse(b.target)
+    owner, name = target.owner or "", target.attr
     where = "itself" if b.new == b.target else f"through {b.new}"
     return (f"{b.patch} adds {name} to {owner}, and vLLM {b.detail} defines {owner}.{name} {where}: the name the "
             f"plugin adds would replace vLLM's own, which vLLM's code then no longer reaches (a collision)")
@@ -160,14 +162,15 @@ def _explain_collision(b: "Breakage") -> str:
 def _explain_reach(b: "Breakage") -> str:
     """`target`: `module:Class.name` (an import: `module:name`); `old`: what the implementation does with it (import,
     attribute, method); `detail`: the implementation's file:line; `new`: the release."""
-    owner, _, name = b.target.partition(":")[2].rpartition(".") if b.old != "import" else ("", "", "")
+    target = Target.parse(b.target)
     if b.old == "import":
-        module, _, name = b.target.partition(":")
+        module, name = target
         return f"{b.patch} imports {name} from {module} ({b.detail}); vLLM {b.new} has no {name} in {module}"
+    owner, name = target.owner or "", target.attr
     if b.old == "provide":
         reader, _, cls = str(b.detail).rpartition("; ")
         return (f"{b.patch} swaps {cls} in for {owner}; vLLM {b.new}'s {reader} reads self.{name} on its objects, "
-                f"which {cls.rpartition(':')[2]} does not set: AttributeError when vLLM calls it")
+                f"which {Target.parse(cls).qualname} does not set: AttributeError when vLLM calls it")
     verb, what = ("calls", "method") if b.old == "method" else ("reads", "attribute")
     return f"{b.patch} {verb} {owner}.{name} ({b.detail}); vLLM {b.new} defines no such {what} on {owner}"
 

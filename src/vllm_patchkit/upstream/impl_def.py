@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.source_fingerprint import _default, render_arguments
 
 FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -69,7 +70,7 @@ class ImplDef:
         return super_calls(self.node) if isinstance(self.node, FUNC) else frozenset()
 
     def calls_super(self, name: Optional[str] = None) -> bool:
-        return (name or self.spec.rpartition(".")[2].rpartition(":")[2]) in self.super_calls()
+        return (name or Target.parse(self.spec).attr) in self.super_calls()
 
 
 def signature_of(args: ast.arguments) -> inspect.Signature:

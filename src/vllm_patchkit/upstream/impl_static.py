@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream.impl_def import FUNC, ImplDef
 from vllm_patchkit.upstream.source_fingerprint import _default
 from vllm_patchkit.upstream.static_tables import dotted
@@ -224,19 +225,20 @@ def _find(module: str, name: str, depth: int = 0) -> ImplDef:
     return ImplDef(f"{module}:{name}", str(file), kind, binding, bases)
 
 
-def read(spec: str) -> ImplDef:
+def read(place: str) -> ImplDef:
     """The definition `module:Qualname` names (a function, a class, a method of a class)."""
-    module, _, qual = spec.partition(":")
-    if not module or not qual:
-        raise ImplUnreadable(f"implementation {spec!r} is not module:Qualname")
+    try:
+        module, qual = Target.parse(place)
+    except ValueError:
+        raise ImplUnreadable(f"implementation {place!r} is not module:Qualname") from None
     head, *rest = qual.split(".")
     d = _find(module, head)
     for part in rest:
         if d.kind != "class":
-            raise ImplUnreadable(f"implementation {spec} cannot be read: {d.spec} is a {d.kind}, not a class")
+            raise ImplUnreadable(f"implementation {place} cannot be read: {d.spec} is a {d.kind}, not a class")
         own = own_member(d, part)
         if own is None:
-            raise ImplUnreadable(f"implementation {spec} cannot be read: {d.spec} defines no {part!r} in its "
+            raise ImplUnreadable(f"implementation {place} cannot be read: {d.spec} defines no {part!r} in its "
                                  "own body")
         d = own
     return d
@@ -250,7 +252,6 @@ def own_member(cls: ImplDef, name: str) -> Optional[ImplDef]:
         node = body[node.id]
     if node is None or isinstance(node, (ast.Import, ast.ImportFrom)):
         return None
-    module = cls.spec.partition(":")[0]
     kind = _decorator_kind(node, True)
     bases = tuple(b for b in (_dotted(x) for x in node.bases) if b) if isinstance(node, ast.ClassDef) else ()
     return ImplDef(f"{cls.spec}.{name}", cls.file, kind, node, bases)
@@ -260,7 +261,7 @@ def base_defs(cls: ImplDef) -> list[ImplDef]:
     """The class's bases that are the plugin's own (read statically); a vLLM base, or one that cannot be
     read, ends the walk there."""
     out = []
-    module = cls.spec.partition(":")[0]
+    module = Target.parse(cls.spec).module
     for b in cls.bases:
         head, _, rest = b.partition(".")
         try:
@@ -271,7 +272,7 @@ def base_defs(cls: ImplDef) -> list[ImplDef]:
                     break
         except ImplUnreadable:
             continue
-        if d is None or d.kind != "class" or d.spec.split(".")[0].split(":")[0] == "vllm":
+        if d is None or d.kind != "class" or Target.parse(d.spec).module.split(".")[0] == "vllm":
             continue
         out.append(d)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from vllm_patchkit.declaration.kinds import declaration_of
+from vllm_patchkit.declaration.names import Target
 
 
 def class_target(patch_kind: str, target: str, target_kind: str) -> Optional[str]:
@@ -33,15 +34,11 @@ def held_by_value(target: str, defined_at: str, holders: Sequence[str] = ()) -> 
             f"{listed} in `copies`")
 
 
-def _owner(target: str) -> str:
-    module, _, qual = target.partition(":")
-    return f"{module}:{qual.rpartition('.')[0]}"
-
-
 def now_defined(target: str, inherited_from: str) -> str:
     """Why a `set` declared with `inherited_from` cannot be applied when the subclass defines the attribute itself
     (upstream's own override now, or anybody else's)."""
-    owner, attr = _owner(target), target.rpartition(".")[2]
+    place = Target.parse(target)  # a member: `inherited_from` is only for one
+    owner, attr = place.owner_target, place.attr
     return (f"{owner} defines {attr} itself: it does not inherit it from {inherited_from} (`inherited_from`), so "
             f"the patch would overwrite {owner}'s own value instead of overriding the inherited one; re-read that "
             "value and declare the set again (without `inherited_from` if overwriting it is still wanted)")

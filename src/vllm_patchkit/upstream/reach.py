@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol, Union
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import impl_static
 from vllm_patchkit.upstream.impl_def import FUNC
 
@@ -61,7 +62,7 @@ class ReachItem:
     @property
     def short(self) -> str:
         """`Class.name` (an import: `module.name`)."""
-        return f"{self.owner.partition(':')[2]}.{self.name}" if ":" in self.owner else f"{self.owner}.{self.name}"
+        return f"{Target.parse(self.owner).qualname}.{self.name}" if ":" in self.owner else f"{self.owner}.{self.name}"
 
 
 class Types(Protocol):
@@ -230,8 +231,8 @@ class _Function:
     @staticmethod
     def how(v: Value) -> str:
         if isinstance(v, Items):
-            return f"[{v.cls.partition(':')[2]}]"
-        return v.cls.partition(":")[2] if isinstance(v, Obj) else v.how if isinstance(v, Opaque) else "?"
+            return f"[{Target.parse(v.cls).qualname}]"
+        return Target.parse(v.cls).qualname if isinstance(v, Obj) else v.how if isinstance(v, Opaque) else "?"
 
     def item(self, v: Value) -> Value:
         """An item of `v` (by index, iteration or unpacking): an object of the class of a sequence's items."""
@@ -303,8 +304,10 @@ class _Function:
             d = self.w.find(self.module, name)
         except impl_static.ImplUnreadable:
             return
-        module = d.spec.partition(":")[0]
-        if not isinstance(d.node, FUNC) or is_vllm(module):
+        if not isinstance(d.node, FUNC):  # a module or a value: only a def is walked (its spec is module:Qualname)
+            return
+        module = Target.parse(d.spec).module
+        if is_vllm(module):
             return
         params = [*d.node.args.posonlyargs, *d.node.args.args]
         env: dict[str, Value] = {p.arg: v for p, v in zip(params, args)}
@@ -337,7 +340,7 @@ def read(implementation: str, target: str, instance_param: Optional[int], types:
         env[params[instance_param].arg] = Obj(owner)
     ctx = params[4].arg if instance_param == 1 and len(params) > 4 else None
     w = _Walk(types, target)
-    w.function(d.spec.partition(":")[0], d.file, d.node, env, ctx, 0)
+    w.function(Target.parse(d.spec).module, d.file, d.node, env, ctx, 0)
     out: dict[tuple, ReachItem] = {}
     for item in w.items:  # each name once, at its first line
         k = (item.kind, item.owner, item.name, item.followed)

@@ -25,6 +25,7 @@ import sys
 from types import CodeType
 from typing import Any, Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.pins import ReachPin
 
 FIELD_TABLES = ("__dataclass_fields__", "_fields", "model_fields", "__struct_fields__")
@@ -133,7 +134,8 @@ def defines(cls: type, name: str) -> bool:
 
 def missing(key: str, pin: ReachPin) -> Optional[str]:
     """Why the running vLLM does not have the reached name `key` (None: it has it)."""
-    module, _, qual = key.partition(":")
+    reached = Target.parse(key)
+    module, qual = reached
     mod = _module(module)
     if mod is None:
         return f"module {module} cannot be imported"
@@ -146,7 +148,7 @@ def missing(key: str, pin: ReachPin) -> Optional[str]:
         except (ImportError, ValueError):
             pass
         return f"{module} has no {qual}"
-    owner, _, name = qual.rpartition(".")
+    owner, name = reached.owner or "", reached.attr
     cls: Any = mod
     for part in owner.split("."):
         cls = getattr(cls, part, None)

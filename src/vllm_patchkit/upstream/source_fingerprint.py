@@ -15,6 +15,7 @@ import ast
 import hashlib
 from typing import Any, Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.pins import Fingerprint
 
 
@@ -146,6 +147,7 @@ def instance_attribute(chain: Any, attr: str, owner: str) -> "Fingerprint | tupl
         init = {literal_digest(v) for m, v in found if m == "__init__"}
         digest = init.pop() if len(init) == 1 else None
         return Fingerprint(kind=INSTANCE_ATTRIBUTE, value_digest=digest)
-    top = owner.split(".")[0].partition(":")[0]
+    module, qualname = Target.parse(owner)
+    top = module.split(".")[0]
     return (f"no method of {owner} or of its bases in the {top} package assigns self.{attr} (read from their "
-            f"source): {owner.rpartition(':')[2]} objects do not get that attribute from {top}'s code"), False
+            f"source): {qualname} objects do not get that attribute from {top}'s code"), False

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 from msgspec import Struct
 
+from vllm_patchkit.declaration.names import Target
+
 MISSING = object()
 
 
@@ -78,8 +80,11 @@ def resolve_through_mro(spec: str) -> Optional[InheritedPlace]:
 
 
 def split(spec: str) -> tuple[str, list[str]]:
-    module, _, qualname = spec.partition(":")
-    return module, qualname.split(".")
+    try:
+        target = Target.parse(spec)
+    except ValueError as exc:
+        raise TargetError(str(exc)) from None
+    return target.module, target.parts
 
 
 def _lazy_export(owner: Any, name: str) -> Any:
@@ -146,10 +151,9 @@ def main_aliases(specs) -> list[str]:
         name = getattr(getattr(sys.modules.get(alias), "__spec__", None), "name", None)
         if not name:
             continue
-        for spec in specs:
-            module, _, attr = spec.partition(":")
-            if module == name and "." not in attr:
-                out.append(f"{alias}:{attr}")
+        for place in map(Target.parse, specs):
+            if place.module == name and not place.is_member:
+                out.append(f"{alias}:{place.qualname}")
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.reach_check import types_of
 from vllm_patchkit.tools.reach_plugin.classes import overrides, unimplemented_abstract
 from vllm_patchkit.tools.reach_plugin.imports import ImportUse, imports_of
@@ -105,7 +106,7 @@ def read(plugin: PluginModules, release: StaticRelease) -> ReleaseReach:
             out.uses.append(Use(i.kind, i.key, i.file, i.line, NOT_FOLLOWED, f"the class of {i.owner} is not known"))
         elif i.member is None:
             what = "module has no" if i.kind == "import" else "defines no such name on"
-            owner = i.owner.partition(":")[2] or i.owner
+            owner = Target.parse(i.owner).qualname if ":" in i.owner else i.owner  # a class, or a module
             out.uses.append(Use(i.kind, i.key, i.file, i.line, BROKEN, f"vLLM {what} {owner}: {i.name} is gone"))
         else:
             out.uses.append(Use(i.kind, i.key, i.file, i.line, OK, upstream=i.member.defined))
@@ -125,7 +126,7 @@ def read(plugin: PluginModules, release: StaticRelease) -> ReleaseReach:
                             f"the call ({c.shape.text()}) against {sig}: TypeError: {why}" if why else "",
                             upstream=sig, subject=f"{c.callee}({c.shape.text()})"))
     for pc in pt.classes.values():
-        file = plugin.modules[pc.spec.partition(":")[0]].path
+        file = plugin.modules[Target.parse(pc.spec).module].path
         for o in overrides(release, pc):
             subject = f"{o.cls}.{o.name}"
             if o.base is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.scan.model import Site
 from vllm_patchkit.tools.static import Definition
 
@@ -19,8 +20,7 @@ FUNCTION_SITES = frozenset({"wrap", "replace", "functools_wraps", "wrapt"})
 
 def held_by_value(up: Any, site: Site) -> None:
     """`copies` for a function site whose place holds the function by value (`site.defined_at` is elsewhere)."""
-    qual = (site.target or "").partition(":")[2]
-    if not site.defined_at or "." in qual or site.mechanism not in FUNCTION_SITES or up.release is None:
+    if not site.defined_at or ":" not in (site.target or ":.") or Target.parse(site.target).is_member or site.mechanism not in FUNCTION_SITES or up.release is None:
         return
     from vllm_patchkit.tools.static_copies import demanded_holders
 
@@ -41,7 +41,9 @@ def missing(up: Any, site: Site) -> None:
 
 def added_name(up: Any, site: Site, missing: Any) -> None:
     """`adds` for `module:Class.name` the release's class does not define nor inherit (not moved elsewhere)."""
-    module, _, qual = site.target.partition(":")
-    owner = qual.rpartition(".")[0]
-    if owner and not missing.moved_to and isinstance(up.resolve(f"{module}:{owner}"), Definition):
+    try:
+        owner = Target.parse(site.target).owner_target
+    except ValueError:  # a place the scan could not name as module:Qualname: nothing to add
+        return
+    if owner is not None and not missing.moved_to and isinstance(up.resolve(str(owner)), Definition):
         site.hints["adds"] = True

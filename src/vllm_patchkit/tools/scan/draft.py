@@ -19,8 +19,9 @@ from typing import Any, Optional
 
 import yaml
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.scan.classify import schema_has_reimplements
-from vllm_patchkit.tools.scan.model import ScanResult, Site
+from vllm_patchkit.tools.scan.model import ScanResult, Site, placed
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _stub_replace(func: str, site: Site) -> str:
     head = (f'"""Drafted by `vllm-patchkit scan` from {site.where}: the replacement of {site.target}.\n\n'
             f"Called exactly like the target: `{func}(*args, **kwargs)`.\n")
     if impl:
-        mod, _, qual = impl.partition(":")
+        mod, qual = Target.parse(impl)
         return (head + f'TODO: the draft calls the plugin\'s own function {impl}; move it here if it should live '
                        f'beside the YAML.\n"""\n\n\n'
                        f"def {func}(*args, **kwargs):\n"
@@ -127,6 +128,12 @@ def _stub_replace(func: str, site: Site) -> str:
                    f'{site.where}); write it here.\n"""\n\n\n'
                    f"def {func}(*args, **kwargs):\n"
                    f"    raise NotImplementedError('TODO: the replacement drafted from {site.where}')\n")
+
+
+def _last_name(place: Optional[str], default: str) -> str:
+    """The qualname of a placed target; a name the scan could not place (a dotted path) as it is."""
+    target = placed(place)
+    return target.qualname if target is not None else (place or default)
 
 
 def build(result: ScanResult, pkg: str) -> list[Draft]:
@@ -155,7 +162,7 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
             key = ("subclass", cls, base)
             d = by_key.get(key)
             if d is None:
-                pid = new_id(f"{(cls or 'subclass').split(':')[-1]}-subclass")
+                pid = new_id(f"{_last_name(cls, 'subclass')}-subclass")
                 doc = _base_doc(pid, site, "subclass", base)
                 doc["implementation"] = cls if cls and "<locals>" not in cls else "TODO.module:PluginSubclass"
                 doc["config_field"] = site.hints.get("config_field")
@@ -179,7 +186,7 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
             if site.hints.get("reimplements"):
                 by_key[key].doc.setdefault("_reimplements", []).extend(site.hints["reimplements"])
             continue
-        label = env["name"] if kind == "env_default" else (target or "patch").split(":")[-1]
+        label = env["name"] if kind == "env_default" else _last_name(target, "patch")
         pid = new_id(f"{label}-{kind}" if kind != "env_default" else f"{label}-default")
         doc = _base_doc(pid, site, kind, target if kind != "env_default" else None)
         d = Draft(pid, doc, [site])
@@ -193,7 +200,7 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
             elif site.hints.get("value_from"):
                 doc["value_from"] = site.hints["value_from"]
         elif kind in ("wrap", "replace"):
-            func = _ident(target.split(":")[-1].split(".")[-1] if target else "impl")
+            func = _ident(_last_name(target, "impl").split(".")[-1])
             d.stub = f"{_ident(pid)}.py"
             d.stub_text = _stub_wrap(func, site) if kind == "wrap" else _stub_replace(func, site)
             doc["implementation"] = f"{pkg}.{_ident(pid)}:{func}"

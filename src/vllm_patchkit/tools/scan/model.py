@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from vllm_patchkit.declaration.names import Target
+
 #: How a plugin changes vLLM at a site (the scan's vocabulary; the corpus catalogue's mechanisms map onto it).
 MECHANISMS = (
     "setattr",            # an attribute of a vLLM module/class set to something (a literal, an object)
@@ -23,6 +25,12 @@ MECHANISMS = (
     "refuse",             # a raise in a method overriding a vLLM hook (or in what it calls): vLLM stops there
     "parse_error",        # a file that does not parse (a finding, not a crash)
 )
+
+
+def placed(place: Optional[str]) -> Optional[Target]:
+    """The target a site names once the scan placed it at the release; None for none, or for a name it could
+    not place (a dotted path, a bare module)."""
+    return Target.parse(place) if place and ":" in place else None
 
 
 @dataclass
@@ -50,6 +58,13 @@ class Site:
     @property
     def place(self) -> Optional[str]:
         return self.target or self.dotted
+
+    @property
+    def target_class(self) -> Optional[str]:
+        """`module:Class` when the target is a member of a class (placed at the release), else None."""
+        target = placed(self.target)
+        owner = target.owner_target if target is not None else None
+        return None if owner is None else str(owner)
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -10,7 +10,7 @@ from typing import Optional, Union
 
 from vllm_patchkit.tools.scan import declarable
 from vllm_patchkit.tools.scan.classify import classify
-from vllm_patchkit.tools.scan.model import ScanResult, Site
+from vllm_patchkit.tools.scan.model import ScanResult, Site, placed
 from vllm_patchkit.tools.scan.sites import FileScanner
 from vllm_patchkit.tools.scan.syntax import _calls_super, is_vllm
 from vllm_patchkit.tools.scan.sources import PluginSource, open_plugin
@@ -161,7 +161,7 @@ class Scan:
                         continue
                     seen.add((mixin, stmt.name))
                     out.append(Site("subclass_override", mpath, stmt.lineno, None,
-                                    f"{qual}.{stmt.name} (from the mixin {mixin.split(':')[-1]})",
+                                    f"{qual}.{stmt.name} (from the mixin {placed(mixin).qualname})",
                                     facts={"cls": qual, "cls_node": node, "bases": vbases, "method": stmt.name,
                                            "fn": stmt, "calls_super": _calls_super(stmt, mnode), "mixin": mixin}))
         return out
@@ -301,8 +301,8 @@ class Scan:
                     node = self.defs.get(f["impl_spec"])
             elif site.mechanism == "subclass_override" and site.target:
                 node = f.get("fn")
-            if site.target and "." in site.target.partition(":")[2] and site.target.rpartition(".")[0] not in classes:
-                classes.append(site.target.rpartition(".")[0])
+            if site.target_class is not None and site.target_class not in classes:
+                classes.append(site.target_class)
             if isinstance(node, FUNC):
                 installers.setdefault(id(node), []).append(site)
                 reached.setdefault(id(node), []).append(site.target)

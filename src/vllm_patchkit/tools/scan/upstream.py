@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional, Union
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.scan.copies import SIMILARITY, normalised, similarity
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import Definition, StaticRelease
@@ -217,7 +218,7 @@ class Upstream:
             return self._memo[key]
         out = None
         for spec, node in self._mro_of(class_path):
-            module = spec.partition(":")[0]
+            module = Target.parse(spec).module
             for stmt in node.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == attr:
                     self._memo[key] = None

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.testing.lifecycle import ORDERS, STEPS, closure_of, load_sets
 from vllm_patchkit.tools.testing.places import specs
 from vllm_patchkit.tools.testing.recipe import STANDIN, architectures, recipe_for
@@ -109,12 +110,12 @@ def job_for(cases: list[Case], sets, work: Path, *, manifest_dirs: Optional[dict
     ps, _ = load_sets(sets, manifest_dirs)
     closures = [closure_of(ps, ps.patches[c.key]) for c in cases]
     recipes = [recipe_for(cl) for cl in closures]
-    watch = sorted({s.partition(":")[0] for cl in closures for p in cl for s in specs(p)})
+    watch = sorted({Target.parse(s).module for cl in closures for p in cl for s in specs(p)})
     needs_config = any(p.stage == "config" for cl in closures for p in cl)
     standin = standin or STANDIN
     warm = ["vllm.engine.arg_utils", "vllm.model_executor.models"] if needs_config else []
     if any(r.standin for r in recipes):
-        warm.append(standin.partition(":")[0])
+        warm.append(Target.parse(standin).module)
     plain = [asdict(c) for c in cases]
     return {
         "sets": list(sets), "manifest_dirs": manifest_dirs or {}, "standin": standin, "overrides": overrides,

@@ -42,6 +42,7 @@ from typing import Optional
 import msgspec
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.tools.testing.places import check_patched, check_restored, expected_state, specs
 from vllm_patchkit.tools.testing.recipe import DEFAULT_ARCH, STANDIN, recipe_for
 from vllm_patchkit.tools.testing.snapshot import Checks, ImportSnapshot
@@ -153,7 +154,7 @@ class PatchLifecycle:
             # so nothing is imported early in "import-after".
             from vllm import ModelRegistry
 
-            module, _, name = self.standin.partition(":")
+            module, name = Target.parse(self.standin)
             ModelRegistry.register_model(arch, getattr(importlib.import_module(module), name))
         cfg = EngineArgs(model=self.checkpoints[arch], max_model_len=512, dtype="float32",
                          **self.recipe.engine_kwargs).create_engine_config()
@@ -214,11 +215,11 @@ class PatchLifecycle:
 
     def _run(self, result: dict) -> None:
         all_specs = sorted({s for p in self.closure for s in specs(p)})
-        modules = sorted({s.partition(":")[0] for s in all_specs})
+        modules = sorted({Target.parse(s).module for s in all_specs})
         result["imported_before_loader"] = {m: m in sys.modules for m in modules}
         snap = ImportSnapshot(all_specs).install()
         self._prepare_process()
-        copy_modules = sorted({c.partition(":")[0] for p in self.closure for c in p.copies})
+        copy_modules = sorted({Target.parse(c).module for p in self.closure for c in p.copies})
         if self.order == "import-before":
             for m in modules:
                 importlib.import_module(m)
@@ -239,7 +240,7 @@ class PatchLifecycle:
         if self.order == "import-after":
             for p in self.closure:  # the import-stage targets this role patches (another role's are not its doing)
                 if p.stage == "import" and p.target and self.role in [x.value for x in p.processes]:
-                    mod = p.target.partition(":")[0]
+                    mod = Target.parse(p.target).module
                     c("vllm_patchkit/" in snap.imported_by.get(mod, ""),
                       f"import-after: the loader itself imported {mod} (import-stage target)", snap.imported_by.get(mod))
         self._patched([l1], snap, outcome)
@@ -287,5 +288,5 @@ def _overrides(spec: Optional[str]) -> dict:
     """A set's own recipe adjustments (`module:NAME`, a dict patch id -> function(recipe))."""
     if not spec:
         return {}
-    module, _, name = spec.partition(":")
+    module, name = Target.parse(spec)
     return getattr(importlib.import_module(module), name)

@@ -12,6 +12,7 @@ import os
 import sys
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.runtime.kinds import kind_named
 from vllm_patchkit.runtime.wrappers import MARK
 from vllm_patchkit.tools.testing.snapshot import ImportSnapshot, layers
@@ -73,7 +74,7 @@ def _check_places(lc, p, rec, snap: ImportSnapshot, patched: bool) -> None:
     places = rec.detail.get("places") or []
     c(p.target in places, f"{p.key} record lists its places", places)
     for spec in p.copies:
-        mod = spec.partition(":")[0]
+        mod = Target.parse(spec).module
         if mod not in sys.modules:
             lc.notes.append(f"{spec}: module not imported at this point (it takes the patched object when it imports)")
             continue
@@ -106,7 +107,7 @@ def check_restored(lc, snap: ImportSnapshot, env_before: dict, loaders=(), label
     c = lc.check
     for p in lc.closure:
         for spec in specs(p):
-            mod = spec.partition(":")[0]
+            mod = Target.parse(spec).module
             if mod not in sys.modules:
                 continue
             want = snap.originals.get(p.target) if spec in p.copies else snap.originals.get(spec)

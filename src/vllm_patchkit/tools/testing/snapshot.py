@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.runtime.wrappers import MARK
 from vllm_patchkit.upstream.targets import function_of
 
@@ -22,10 +23,10 @@ class ImportSnapshot:
     """A meta-path hook recording, for watched `module:Qualname` places, the object each held
     right after its module executed (or now, for modules already imported), and who imported it."""
 
-    def __init__(self, specs):
+    def __init__(self, places):
         self.by_module: dict[str, list[str]] = {}
-        for s in specs:
-            self.by_module.setdefault(s.partition(":")[0], []).append(s)
+        for place in places:
+            self.by_module.setdefault(Target.parse(place).module, []).append(place)
         self.originals: dict[str, Any] = {}
         self.imported_by: dict[str, str] = {}
         for mod in self.by_module:
@@ -36,11 +37,11 @@ class ImportSnapshot:
         from vllm_patchkit.upstream.targets import TargetError, resolve
 
         self.imported_by.setdefault(mod, who)
-        for spec in self.by_module[mod]:
+        for place in self.by_module[mod]:
             try:
-                self.originals.setdefault(spec, resolve(spec, import_module=False).get_raw())
+                self.originals.setdefault(place, resolve(place, import_module=False).get_raw())
             except TargetError:
-                self.originals.setdefault(spec, None)
+                self.originals.setdefault(place, None)
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.by_module:
