@@ -81,9 +81,7 @@ OTHER_SPLITS = {
 
 #: Owned by a concurrent change; converted at merge.
 OWNED_ELSEWHERE = {
-    "runtime/verify.py", "upstream/convention.py", "tools/scan/classify.py", "declaration/schema.py",
-    "declaration/validation.py", "declaration/pins.py", "declaration/preconditions.py", "declaration/errors.py",
-    "tools/report.py", "tools/docs.py", "tools/schema_export.py",
+    "runtime/verify.py", "upstream/convention.py", "tools/scan/classify.py",
 }
 
 

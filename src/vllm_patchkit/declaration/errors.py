@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vllm_patchkit.declaration.failures import row
+from vllm_patchkit.declaration.names import PatchKey
 
 
 class PatchkitError(Exception):
@@ -81,7 +82,7 @@ def other_releases(pid: str, installed: str, manifests: dict) -> list[str]:
         m = getattr(m, "manifest", m)
         if _same_release(v, installed):
             continue
-        if any(e.patch.split("@")[0] == pid for e in m.patches):
+        if any(PatchKey.parse(e.patch).id == pid for e in m.patches):
             out.append(v)
     return sorted(out, key=Version)
 

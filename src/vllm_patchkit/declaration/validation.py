@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from vllm_patchkit.declaration import pins, schema
 from vllm_patchkit.declaration.set_members import check_adds, check_inherited_from
 from vllm_patchkit.declaration.kinds import declaration_of, problems
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.precondition_table import PRECONDITIONS
 from vllm_patchkit.declaration.readings import PatchReading, WhenReading
 from vllm_patchkit.declaration.vocabulary import (CONFIG_FIELD, ENV_NAME, IDENTIFIER, PATCH_ID, TARGET, Frequency, Kind,
@@ -233,7 +234,7 @@ class Patch(PatchReading, Strict):
         k, row = self.kind, declaration_of(self.kind)
         # fields with their own words first (what they are for, beyond which kind takes them)
         if self.instances and (not (row.wraps_original or row.sets_value) or self.target is None
-                               or "." not in self.target.partition(":")[2]):
+                               or not Target.parse(self.target).is_member):
             raise ValueError("'instances: true' is for kind wrap of a method (target module:Class.method) or kind set "
                              "of an attribute of each object (target module:Class.attr)")
         if self.inherited_from is not None:
@@ -249,7 +250,7 @@ class Patch(PatchReading, Strict):
         if found:
             raise ValueError("; ".join(found))
         if row.selects_class:
-            if "." in self.target.partition(":")[2]:
+            if Target.parse(self.target).is_member:
                 raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
                                  f"{self.target!r}")
             if len(set(self.overrides)) != len(self.overrides):

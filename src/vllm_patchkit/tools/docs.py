@@ -19,6 +19,7 @@ from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.declaration.knobs import KNOBS
 from vllm_patchkit.declaration.manifest import Loaded, load_manifests
+from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.tools import docs_failures
 
@@ -44,7 +45,7 @@ def _when(p: Patch) -> list[str]:
 
 def _listing(patch_id: str, m) -> tuple:
     """(manifest entry, not-applicable entry) of a patch id in one manifest; either may be None."""
-    entry = next((e for e in m.patches if e.patch.split("@")[0] == patch_id), None)
+    entry = next((e for e in m.patches if PatchKey.parse(e.patch).id == patch_id), None)
     na = next((n for n in m.not_applicable if n.patch == patch_id), None)
     return entry, na
 
@@ -54,7 +55,7 @@ def _releases(patch_id: str, manifests: dict[str, Loaded]) -> list[str]:
     for ver in sorted(manifests, key=Version):
         entry, na = _listing(patch_id, manifests[ver].manifest)
         if entry is not None:
-            rows.append(f"vLLM {ver}: version {entry.patch.split('@')[1]}")
+            rows.append(f"vLLM {ver}: version {PatchKey.parse(entry.patch).version}")
         elif na is not None:
             rows.append(f"vLLM {ver}: not applicable — {na.reason}")
         else:
@@ -155,7 +156,7 @@ def render_manifests(ps: PatchSet, manifests: dict[str, Loaded]) -> str:
         for v in versions:
             entry, na = _listing(pid, manifests[v].manifest)
             if entry is not None:
-                cells.append(f"v{entry.patch.split('@')[1]}")
+                cells.append(f"v{PatchKey.parse(entry.patch).version}")
             elif na is not None:
                 cells.append("n/a")
                 reasons.append(f"- `{pid}` on vLLM {v}: {' '.join(na.reason.split())}")
