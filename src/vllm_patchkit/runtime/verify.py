@@ -7,8 +7,7 @@ patch's record; rendering is somebody else's job.
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 from msgspec import Struct, field
@@ -17,12 +16,13 @@ from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import source_fingerprint, wrapper_layers as layers
 from vllm_patchkit.runtime.set_places import set_place
-from vllm_patchkit.runtime.provenance import outside_upstream, replaced_by, code_site, describe_site, foreign_replacement
+from vllm_patchkit.runtime import verify_places as places
+from vllm_patchkit.runtime.provenance import replaced_by, foreign_replacement
 from vllm_patchkit.runtime.wrappers import ours
 from vllm_patchkit.declaration.kinds import traits
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.declaration.pins import ManifestEntry
-from vllm_patchkit.upstream import misdeclared, reach_live
+from vllm_patchkit.upstream import reach_live
 from vllm_patchkit.upstream.findings import Finding
 from vllm_patchkit.upstream.pinned import compare as _compare
 from vllm_patchkit.upstream.targets import MISSING, Place, TargetError, load_object, resolve, resolve_through_mro
@@ -36,76 +36,6 @@ class Verified(Struct):
     notes: list[Finding] = field(default_factory=list)
     selection: Any = None  # kind subclass: the config field it sets (subclass.Selection), judged at the config stage
     later_uses: list[str] = field(default_factory=list)  # `uses` verified when their module is imported
-
-
-def _kind_misfit(patch: Patch, place: Place, raw: Any) -> Optional[Finding]:
-    """A `wrap`/`replace` installs a function: only a function or method (staticmethod and
-    classmethod kept as they are) can take one without changing what vLLM sees."""
-    if not traits(patch).installs_function or isinstance(raw, (staticmethod, classmethod)):
-        return None
-    if isinstance(raw, property) and traits(patch).wraps_original and raw.fget is not None:
-        return None  # the getter is wrapped; the class keeps a property (apply.rewrap_descriptor)
-    t = type(raw)
-    tname = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-    if isinstance(raw, property):
-        what, found, remedy = ("a property", "property", "`wrap` wraps a property's getter and keeps it a property; "
-                               "`replace` would put a function in its place; declare kind: set for a value")
-    elif isinstance(raw, type):  # the words `check` uses (misdeclared.py)
-        return Finding("kind", misdeclared.class_target(patch.kind.value, patch.target, "class"),
-                       "a function or method", "class")
-    elif not callable(raw):
-        if hasattr(t, "__get__"):
-            what, found, remedy = (f"a {tname} descriptor, not a function", tname,
-                                   "declare kind: set, or wrap the function it holds")
-        else:
-            what, found, remedy = (f"a non-callable {tname} value", tname, "declare kind: set to change its value")
-    elif (place.owner_is_class and not isinstance(raw, types.FunctionType) and not hasattr(raw, "__wrapped__")
-          and not hasattr(t, "__get__")):
-        what, found, remedy = (f"a callable {tname} object on a class", tname,
-                               "a function in its place would be bound as a method and receive self; "
-                               "patch the function it calls")
-    else:
-        return None
-    return Finding("kind", f"{patch.target} is {what}; `{patch.kind.value}` supports functions and methods only "
-                           f"({remedy})", "a function or method", found)
-
-
-def _held_by_value(patch: Patch, func: Any) -> Optional[Finding]:
-    """The target names a function imported (or aliased) by value from where it is defined: the same rule and
-    words as `check` (misdeclared.py). Told apart from a replacement: the place the function's own
-    `__module__:__qualname__` names holds this very object."""
-    if not traits(patch).installs_function or type(func) is not types.FunctionType:
-        return None
-    defined_at = f"{func.__module__}:{func.__qualname__}"
-    if defined_at == patch.target or "<" in func.__qualname__:
-        return None
-    try:
-        home = resolve(defined_at, import_module=False)
-    except TargetError:
-        return None
-    if fp.innermost(home.get_raw()) is not func:
-        return None
-    return Finding("target", misdeclared.held_by_value(patch.target, defined_at), patch.target, defined_at)
-
-
-def _layer_sites(raw: Any, upstream_module: str) -> str:
-    """Each foreign `__wrapped__` layer's code site, with its distribution."""
-    out, seen, obj = [], set(), raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-    while hasattr(obj, "__wrapped__") and id(obj) not in seen:
-        seen.add(id(obj))
-        if not getattr(obj, "__vllm_patchkit__", None):
-            _, file, _ = code_site(obj)
-            if not file or outside_upstream(file, upstream_module):
-                out.append(describe_site(obj))
-        obj = obj.__wrapped__
-    return "; ".join(out) or "a layer of unknown origin"
-
-
-def _initializing(spec: str) -> bool:
-    """The copy's module is being imported right now: it imported the target (a lazy patch is applied from
-    that nested import) and has not reached its `from ... import` line yet."""
-    mod = sys.modules.get(spec.partition(":")[0])
-    return bool(getattr(getattr(mod, "__spec__", None), "_initializing", False))
 
 
 # -- kind set on the objects of a class (`instances`), or on one subclass over its base (`inherited_from`) ------
@@ -141,13 +71,66 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
     `later`: `uses` places whose module is not imported yet, left for the loader to verify when it is (listed in
     the result's `later_uses`), so verifying never imports a module vLLM has not imported itself.
     """
-    out = Verified()
-    if traits(patch).sets_value and (patch.instances or patch.inherited_from is not None or patch.adds):
-        got = set_place(patch, entry)  # of each object, an inherited one overridden on a subclass, or an added one
+    steps = _Steps(patch, entry, later)
+    found = _first_finding(steps.place, steps.uses, steps.value_from)
+    if found is not None:
+        return found
+    if traits(patch).selects_class and steps.out.place is not None:
+        found = steps.subclass_selection(pinned_elsewhere)  # subclass.py judges the rest: no implementation here
+    else:
+        found = _first_finding(steps.implementation, steps.reach)
+    return steps.out if found is None else found
+
+
+def _first_finding(*steps: Callable[[], Optional[Finding]]) -> Optional[Finding]:
+    """The steps in order until one finds something: the first finding is the verdict, later steps do not run."""
+    for step in steps:
+        found = step()
+        if found is not None:
+            return found
+    return None
+
+
+class _Steps:
+    """One patch's verification, one method per step; each returns a finding or None. What a step learns (the
+    target's place, the object there, its pin) is kept for the steps after it, what the loader gets in `out`."""
+
+    def __init__(self, patch: Patch, entry: Optional[ManifestEntry], later: frozenset) -> None:
+        self.patch, self.entry, self.later = patch, entry, later
+        self.out = Verified()
+        self.target_place: Any = None  # the target's Place (a set with its own place: see out.place)
+        self.raw: Any = None  # what the target's place holds
+        self.pin: Any = None  # the target's pin (an observer with no manifest entry: itself)
+
+    # -- where the patch acts --------------------------------------------------------------------------------
+    def place(self) -> Optional[Finding]:
+        """kind set on the objects of a class, an inherited one overridden on a subclass or an added one: its
+        own place (set_places.py); any other target: judged against its pin, then its copies."""
+        patch = self.patch
+        if traits(patch).sets_value and (patch.instances or patch.inherited_from is not None or patch.adds):
+            return self.set_place()
+        return self.target() if patch.target is not None else None
+
+    def target(self) -> Optional[Finding]:
+        """Resolved, of a kind the patch fits, pinned, wrapped or replaced by nobody else, as pinned; its copies."""
+        found = _first_finding(self.target_resolved, self.kind_fits, self.pin_found, self.instances_fit,
+                               self.no_foreign_layer, self.no_foreign_replacement, self.no_unpinned_layer,
+                               self.as_pinned, self.not_held_by_value, self.not_replaced)
+        if found is not None:
+            return found
+        self.out.place = self.target_place
+        return self.copies_hold_it()
+
+    def set_place(self) -> Optional[Finding]:
+        got = set_place(self.patch, self.entry)
         if isinstance(got, Finding):
             return got
-        out.place, out.already = got
-    elif patch.target is not None:
+        self.out.place, self.out.already = got
+        return None
+
+    # -- the target against its pin ----------------------------------------------------------------------------
+    def target_resolved(self) -> Optional[Finding]:
+        patch = self.patch
         try:
             place = resolve(patch.target)
         except TargetError as exc:
@@ -155,18 +138,29 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
             place = resolve_through_mro(patch.target) if patch.instances and "inherited" in str(exc) else None
             if place is None:
                 return Finding("target", str(exc), patch.target, "missing")
-        raw = place.get_raw()
-        misfit = _kind_misfit(patch, place, raw)
-        if misfit is not None:
-            return misfit
+        self.target_place, self.raw = place, place.get_raw()
+        return None
+
+    def kind_fits(self) -> Optional[Finding]:
+        return places.kind_misfit(self.patch, self.target_place, self.raw)
+
+    def pin_found(self) -> Optional[Finding]:
+        patch, entry = self.patch, self.entry
         pin = entry.targets.get(patch.target) if entry is not None else None
         if pin is None and entry is None and patch.observer:
             # Knowing what the model needs must not depend on a pin: an observing forwarder
             # is taken as it stands, compared with itself (its record says "unpinned").
-            pin = msgspec.structs.replace(fp.live(raw, place.owner_is_class), wrappers=layers.wrapper_layers(raw))
+            pin = msgspec.structs.replace(fp.live(self.raw, self.target_place.owner_is_class),
+                                          wrappers=layers.wrapper_layers(self.raw))
         if pin is None:
             return Finding("unpinned", f"{patch.target} has no pin in the manifest", "a pinned fingerprint", None)
-        mark = ours(raw)
+        self.pin = pin
+        return None
+
+    def instances_fit(self) -> Optional[Finding]:
+        """`instances: true` needs objects with a __dict__; our mark there (or on the target) says: applied already."""
+        patch, place = self.patch, self.target_place
+        mark = ours(self.raw)
         if patch.instances:
             if not place.owner_is_class or not place.owner.__dictoffset__:
                 return Finding("kind", f"{patch.target}: `instances: true` needs a method of a class whose objects "
@@ -176,98 +170,146 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
 
             mark = ours(init_place(place).get_raw())
         if mark == patch.key:
-            out.already = True
+            self.out.already = True
+        return None
+
+    @property
+    def definer(self) -> str:
+        """The base's place when the target is inherited (instances), else ''."""
+        return getattr(self.target_place, "definer", "")
+
+    @property
+    def upstream_spec(self) -> str:
+        return self.definer or self.patch.target
+
+    def no_foreign_layer(self) -> Optional[Finding]:
         # Upstream's own decorator layers may come and go with optional dependencies
         # (vLLM's @instrument needs OpenTelemetry): a layer whose code lives inside the
         # upstream package is never a conflict. A layer whose code lives anywhere else is
         # someone else's wrapper; one whose code is in a dependency (torch.no_grad(), the
         # stdlib's functools.cache) is upstream's only when the pin has it.
-        upstream_spec = getattr(place, "definer", "") or patch.target  # inherited (instances): the base's place
-        upstream_module = upstream_spec.partition(":")[0]
-        foreign = layers.foreign_layers(raw, upstream_module)
+        upstream_module = self.upstream_spec.partition(":")[0]
+        foreign = layers.foreign_layers(self.raw, upstream_module)
         if foreign:
-            return Finding("conflict", f"{patch.target} is wrapped by someone else ({_layer_sites(raw, upstream_module)}); "
-                           "refusing to stack on it", list(pin.wrappers), foreign)
-        replaced = foreign_replacement(patch, upstream_spec, raw)
-        if replaced is not None:
-            return replaced
-        added = layers.unpinned_layers(raw, upstream_module, list(pin.wrappers))
+            return Finding("conflict", f"{self.patch.target} is wrapped by someone else "
+                           f"({places.layer_sites(self.raw, upstream_module)}); refusing to stack on it",
+                           list(self.pin.wrappers), foreign)
+        return None
+
+    def no_foreign_replacement(self) -> Optional[Finding]:
+        return foreign_replacement(self.patch, self.upstream_spec, self.raw)
+
+    def no_unpinned_layer(self) -> Optional[Finding]:
+        added = layers.unpinned_layers(self.raw, self.upstream_spec.partition(":")[0], list(self.pin.wrappers))
         if added:
-            return Finding("conflict", f"{patch.target} carries a wrapper layer that was not there when it was "
+            return Finding("conflict", f"{self.patch.target} carries a wrapper layer that was not there when it was "
                            "pinned (its code is in a dependency of the upstream package, but the pin does not have "
-                           "it): someone else wrapped it; refusing to stack on it", list(pin.wrappers), added)
-        live = fp.live(raw, place.owner_is_class, with_digest=pin.source_digest is not None,
+                           "it): someone else wrapped it; refusing to stack on it", list(self.pin.wrappers), added)
+        return None
+
+    def as_pinned(self) -> Optional[Finding]:
+        """The live fingerprint is the pin's (a value this patch sets already there: applied already)."""
+        patch, pin = self.patch, self.pin
+        live = fp.live(self.raw, self.target_place.owner_is_class, with_digest=pin.source_digest is not None,
                        with_value=pin.value_digest is not None)
         want = pin
         if (traits(patch).sets_value and pin.value_digest is not None and live.value_digest != pin.value_digest
                 and live.value_digest is not None and live.value_digest == source_fingerprint.value_digest(patch.value)):
-            out.already = True  # the value this patch sets is there already (an earlier loader of this process)
+            self.out.already = True  # the value this patch sets is there already (an earlier loader of this process)
             want = msgspec.structs.replace(pin, value_digest=None)
-        bad = _compare(patch.target, want, live, raw, patch)
-        if bad is not None:
-            return bad
-        by_value = None if getattr(place, "definer", "") else _held_by_value(patch, fp.innermost(raw))
-        if by_value is not None:
-            return by_value
-        replaced = replaced_by(getattr(place, "definer", "") or patch.target, fp.innermost(raw),
-                                None if getattr(place, "definer", "") else place.owner)
+        return _compare(patch.target, want, live, self.raw, patch)
+
+    def not_held_by_value(self) -> Optional[Finding]:
+        return None if self.definer else places.held_by_value(self.patch, fp.innermost(self.raw))
+
+    def not_replaced(self) -> Optional[Finding]:
+        replaced = replaced_by(self.upstream_spec, fp.innermost(self.raw),
+                               None if self.definer else self.target_place.owner)
         if replaced is not None:
-            return Finding("conflict", f"{patch.target} was replaced by another object with the same signature; "
-                           "refusing to patch it", patch.target, replaced)
-        out.place = place
-        target_pin = pin
-        original = fp.innermost(raw)
+            return Finding("conflict", f"{self.patch.target} was replaced by another object with the same signature; "
+                           "refusing to patch it", self.patch.target, replaced)
+        return None
+
+    def copies_hold_it(self) -> Optional[Finding]:
+        """Every declared copy that is imported holds the target's very function."""
+        patch, original = self.patch, fp.innermost(self.raw)
         for spec in patch.copies:
             try:
                 copy = resolve(spec, import_module=False)
             except TargetError as exc:
-                if "is not imported" in str(exc) or _initializing(spec):
+                if "is not imported" in str(exc) or places.initializing(spec):
                     continue  # it will take the patched object by value when it imports (or gets to that line)
                 return Finding("copy", f"declared copy {spec} is gone: {exc}", "the target's function", "missing")
             held = copy.get_raw()
             if held is not MISSING and fp.innermost(held) is not original:
                 return Finding("copy", f"declared copy {spec} holds a different object",
                                f"{patch.target}", repr(held)[:120])
-            out.copies.append(copy)
-    elsewhere = {patch.target, *patch.copies, *(f"{patch.target}.{m}" for m in patch.overrides)}
-    copied = [s for s in patch.reimplements or () if s not in elsewhere and s not in patch.uses]
-    for spec in [*patch.uses, *copied]:
-        if spec in later:
-            out.later_uses.append(spec)  # its module is not imported yet: verified when it is (waiting.py)
-            continue
-        found = verify_use(patch, entry, spec, copied=spec in copied)
-        if found is not None:
-            return found
-    if patch.value_from is not None:  # kind set with an object: it must import, and be what gets installed
+            self.out.copies.append(copy)
+        return None
+
+    # -- what the implementation uses, and the implementation ---------------------------------------------------
+    def uses(self) -> Optional[Finding]:
+        """Every upstream callable it uses, and every body it copies that no other pin covers, against its pin."""
+        patch = self.patch
+        elsewhere = {patch.target, *patch.copies, *(f"{patch.target}.{m}" for m in patch.overrides)}
+        copied = [s for s in patch.reimplements or () if s not in elsewhere and s not in patch.uses]
+        for spec in [*patch.uses, *copied]:
+            if spec in self.later:
+                self.out.later_uses.append(spec)  # its module is not imported yet: verified when it is (waiting.py)
+                continue
+            found = verify_use(patch, self.entry, spec, copied=spec in copied)
+            if found is not None:
+                return found
+        return None
+
+    def value_from(self) -> Optional[Finding]:
+        """kind set with an object: it must import, and be what gets installed."""
+        patch, out = self.patch, self.out
+        if patch.value_from is None:
+            return None
         try:
             out.impl = load_object(patch.value_from)
         except TargetError as exc:
             return Finding("value_from", f"value_from {patch.value_from}: {exc}", "importable", "error")
         if out.place is not None and not patch.instances and out.place.get_raw() is out.impl:
             out.already = True
-    if traits(patch).selects_class and out.place is not None:
+        return None
+
+    def subclass_selection(self, pinned_elsewhere: Optional[dict[str, list[str]]]) -> Optional[Finding]:
         from vllm_patchkit.runtime import subclass
 
-        out.impl, bad = subclass.check(patch, entry, out.place, pinned_elsewhere)
-        return out if bad is None else bad
-    if patch.implementation is not None:
+        self.out.impl, bad = subclass.check(self.patch, self.entry, self.out.place, pinned_elsewhere)
+        return bad
+
+    def implementation(self) -> Optional[Finding]:
+        """The implementation imports, is callable when the kind installs a function, and keeps its convention."""
+        patch = self.patch
+        if patch.implementation is None:
+            return None
         try:
-            out.impl = load_object(patch.implementation)
+            self.out.impl = load_object(patch.implementation)
         except TargetError as exc:
             return Finding("implementation", f"implementation {patch.implementation}: {exc}", "importable", "error")
-        if not callable(out.impl) and traits(patch).installs_function:
-            return Finding("implementation", f"implementation {patch.implementation} is not callable", "callable", type(out.impl).__name__)
-        if traits(patch).installs_function and out.place is not None and target_pin.signature:
-            # a wrap: its (wrapped, instance, args, kwargs[, ctx]) shape and declared params; a replace:
-            # every call vLLM can make to the target
-            found = convention.problems(out.impl, target_pin.signature, shape=traits(patch).call_shape,
-                                        name=patch.implementation, target_kind=target_pin.kind,
-                                        params=patch.params, patch=patch.key)
-            if found:
-                return Finding("convention", convention.reason(found), target_pin.signature,
-                               convention.signature_text(out.impl))
-    gone = verify_reach(patch, entry)
-    return out if gone is None else gone
+        if not callable(self.out.impl) and traits(patch).installs_function:
+            return Finding("implementation", f"implementation {patch.implementation} is not callable", "callable",
+                           type(self.out.impl).__name__)
+        return self.convention()
+
+    def convention(self) -> Optional[Finding]:
+        """A wrap: its (wrapped, instance, args, kwargs[, ctx]) shape and declared params; a replace: every call
+        vLLM can make to the target."""
+        patch, impl = self.patch, self.out.impl
+        if not (traits(patch).installs_function and self.out.place is not None and self.pin.signature):
+            return None
+        found = convention.problems(impl, self.pin.signature, shape=traits(patch).call_shape,
+                                    name=patch.implementation, target_kind=self.pin.kind,
+                                    params=patch.params, patch=patch.key)
+        if found:
+            return Finding("convention", convention.reason(found), self.pin.signature, convention.signature_text(impl))
+        return None
+
+    def reach(self) -> Optional[Finding]:
+        return verify_reach(self.patch, self.entry)
 
 
 def verify_reach(patch: Patch, entry: Optional[ManifestEntry]) -> Optional[Finding]:

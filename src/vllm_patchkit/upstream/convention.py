@@ -155,134 +155,190 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, shap
 
 
 def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Finding]:
-    out: list[Finding] = []
-    add = lambda code, param, msg: out.append(Finding(code, f"{who} {msg}", where=param))  # noqa: E731
-    t_pos = [p for p in target if p.positional]
-    t_names = {p.name for p in target if p.kind not in (VARPOS, VARKW)}
-    t_var = next((p for p in target if p.kind == VARPOS), None)
-    i_pos = [q for q in impl if q.positional]
-    i_var = next((q for q in impl if q.kind == VARPOS), None)
-    i_varkw = next((q for q in impl if q.kind == VARKW), None)
-    i_named = {q.name: q for q in impl if q.kind not in (VARPOS, VARKW)}
-    i_by_kw = {q.name: q for q in impl if q.kind in (POSKW, KWONLY)}
-    if target_kind is not None:
-        bound_first = target_kind in ("method", "classmethod")
-    else:
-        bound_first = bool(t_pos) and t_pos[0].name in ("self", "cls")
-    first = t_pos[0].name if bound_first and t_pos else None
-    renamed_to: set[str] = set()  # implementation names reported as a target parameter's new name
-    misplaced: set[str] = set()  # implementation names reported at another parameter's position
-    reordered: set[str] = set()  # target names whose position another implementation parameter holds
-
-    def default_of(p) -> str:
-        return f", default {p.default}" if p.default is not None else ""
-
+    """Every call the target takes that the implementation would reject or misbind: the target's parameters
+    one by one (how vLLM passes each), then the implementation's own (what it wants that vLLM never passes)."""
+    binding = _Binding(who, target, impl, target_kind)
     for p in target:
+        binding.target_param(p)
+    for q in impl:
+        binding.impl_param(q)
+    return binding.out
+
+
+def _default_of(p) -> str:
+    return f", default {p.default}" if p.default is not None else ""
+
+
+class _Binding:
+    """The two parameter lists compared, one method per way a call can fail; the findings accumulate in `out`
+    in the order they are found, and what one parameter's finding said is not said again for another."""
+
+    def __init__(self, who: str, target: list, impl: list, target_kind: Optional[str]) -> None:
+        self.who, self.target, self.out = who, target, []
+        self.t_pos = [p for p in target if p.positional]
+        self.t_names = {p.name for p in target if p.kind not in (VARPOS, VARKW)}
+        self.t_by_name = {p.name: p for p in target if p.kind not in (VARPOS, VARKW)}
+        self.t_var = next((p for p in target if p.kind == VARPOS), None)
+        self.i_pos = [q for q in impl if q.positional]
+        self.i_var = next((q for q in impl if q.kind == VARPOS), None)
+        self.i_varkw = next((q for q in impl if q.kind == VARKW), None)
+        self.i_named = {q.name: q for q in impl if q.kind not in (VARPOS, VARKW)}
+        self.i_by_kw = {q.name: q for q in impl if q.kind in (POSKW, KWONLY)}
+        if target_kind is not None:
+            bound_first = target_kind in ("method", "classmethod")
+        else:
+            bound_first = bool(self.t_pos) and self.t_pos[0].name in ("self", "cls")
+        self.first = self.t_pos[0].name if bound_first and self.t_pos else None  # bound by Python, never passed
+        self.renamed_to: set[str] = set()  # implementation names reported as a target parameter's new name
+        self.misplaced: set[str] = set()  # implementation names reported at another parameter's position
+        self.reordered: set[str] = set()  # target names whose position another implementation parameter holds
+
+    def add(self, code: str, param: str, msg: str) -> None:
+        self.out.append(Finding(code, f"{self.who} {msg}", where=param))
+
+    def made_required(self, p, as_name: Optional[str] = None) -> None:
+        as_ = f"as '{as_name}'; " if as_name is not None else ""
+        self.add("made_required", p.name, f"makes parameter '{p.name}' required ({as_}the target's default is "
+                                          f"{p.default}): vLLM's call without it raises TypeError")
+
+    # -- the target's parameters: how vLLM passes each -----------------------------------------------------
+    def target_param(self, p) -> None:
         if p.kind == VARPOS:
-            if i_var is None:
-                add("no_varargs", p.name,
-                    f"has no *args where the target has *{p.name}: vLLM's call with more than {len(t_pos)} "
-                    "positional arguments raises TypeError")
-            continue
-        if p.kind == VARKW:
-            if i_varkw is None:
-                add("no_varkw", p.name,
-                    f"has no **kwargs where the target has **{p.name}: vLLM's call with any other keyword "
-                    "argument raises TypeError")
-            continue
-        by_kw = i_by_kw.get(p.name)
-        if p.kind == KWONLY:
-            if by_kw is None and (i_varkw is None or p.name in i_named):  # (a positional-only namesake is missed)
-                add("kwonly_not_accepted", p.name,
-                    f"does not accept keyword-only parameter '{p.name}' (the target takes it by keyword"
-                    f"{default_of(p)}): vLLM's keyword call raises TypeError")
-            elif by_kw is not None and p.default is not None and by_kw.default is None:
-                add("made_required", p.name,
-                    f"makes parameter '{p.name}' required (the target's default is {p.default}): vLLM's call "
-                    "without it raises TypeError")
-            continue
-        # a positional target parameter: passed at its position, or (positional-or-keyword) by name
-        i = p.position
-        slot = i_pos[i] if i < len(i_pos) else None
-        by_keyword = p.kind == POSKW and p.name != first
-        renamed = (slot is not None and slot.name != p.name and slot.name not in t_names
-                   and p.name not in i_named and p.kind == POSKW)
-        if renamed:
-            renamed_to.add(slot.name)
-            if i_varkw is None:
+            self.varargs(p)
+        elif p.kind == VARKW:
+            self.varkw(p)
+        elif p.kind == KWONLY:
+            self.keyword_only(p)
+        elif not self.renamed(p):  # a positional parameter: passed at its position, or (positional-or-keyword) by name
+            self.positional(p)
+
+    def varargs(self, p) -> None:
+        if self.i_var is None:
+            self.add("no_varargs", p.name,
+                     f"has no *args where the target has *{p.name}: vLLM's call with more than {len(self.t_pos)} "
+                     "positional arguments raises TypeError")
+
+    def varkw(self, p) -> None:
+        if self.i_varkw is None:
+            self.add("no_varkw", p.name,
+                     f"has no **kwargs where the target has **{p.name}: vLLM's call with any other keyword "
+                     "argument raises TypeError")
+
+    def keyword_only(self, p) -> None:
+        by_kw = self.i_by_kw.get(p.name)
+        if by_kw is None and (self.i_varkw is None or p.name in self.i_named):  # (a positional-only namesake is missed)
+            self.add("kwonly_not_accepted", p.name,
+                     f"does not accept keyword-only parameter '{p.name}' (the target takes it by keyword"
+                     f"{_default_of(p)}): vLLM's keyword call raises TypeError")
+        elif by_kw is not None and p.default is not None and by_kw.default is None:
+            self.made_required(p)
+
+    def slot(self, p):
+        """The implementation's parameter at the target parameter's position (None: it has fewer)."""
+        return self.i_pos[p.position] if p.position < len(self.i_pos) else None
+
+    def renamed(self, p) -> bool:
+        """The implementation takes the target's parameter at its position under a name the target does not have:
+        said here (a positional-only one may take any name), and nothing else about it (True)."""
+        slot = self.slot(p)
+        if slot is None or slot.name == p.name or slot.name in self.t_names:
+            return False
+        if p.kind == POSKW and p.name not in self.i_named:
+            self.renamed_to.add(slot.name)
+            if self.i_varkw is None:
                 why = f"vLLM's keyword call {p.name}=... raises TypeError"
             else:
                 left = "unset (TypeError)" if slot.default is None else f"at its default {slot.default}"
-                why = f"vLLM's keyword call {p.name}=... lands in **{i_varkw.name} and leaves '{slot.name}' {left}"
-            add("renamed", p.name, f"renamed parameter '{p.name}' to '{slot.name}' (position {i}): {why}")
-            if p.default is not None and slot.default is None and p.name != first:
-                add("made_required", p.name,
-                    f"makes parameter '{p.name}' required (as '{slot.name}'; the target's default is {p.default}): "
-                    "vLLM's call without it raises TypeError")
-            continue
-        if p.kind == POSONLY and slot is not None and slot.name != p.name and slot.name not in t_names:
-            renamed_to.add(slot.name)  # callers cannot name a positional-only parameter: any name takes it
-            if p.default is not None and slot.default is None and p.name != first:
-                add("made_required", p.name,
-                    f"makes parameter '{p.name}' required (as '{slot.name}'; the target's default is {p.default}): "
-                    "vLLM's call without it raises TypeError")
-            continue
-        if p.name not in i_named and i_var is None and i_varkw is None:
-            add("dropped", p.name,
-                f"does not accept parameter '{p.name}' (the target takes it at position {i}{default_of(p)}): "
-                "vLLM's call passing it raises TypeError")
-        if slot is not None and slot.name != p.name and (p.kind == POSKW or slot.name in t_names):
-            misplaced.add(slot.name)
-            reordered.add(p.name)
-            add("reordered", p.name,
-                f"takes '{slot.name}' at position {i} where the target takes '{p.name}': vLLM's positional call "
-                f"binds the value of '{p.name}' to '{slot.name}'")
-        elif slot is None and p.name not in misplaced:
-            mine = i_named.get(p.name)
-            if i_var is not None:
+                why = f"vLLM's keyword call {p.name}=... lands in **{self.i_varkw.name} and leaves '{slot.name}' {left}"
+            self.add("renamed", p.name, f"renamed parameter '{p.name}' to '{slot.name}' (position {p.position}): {why}")
+        elif p.kind == POSONLY:
+            self.renamed_to.add(slot.name)  # callers cannot name a positional-only parameter: any name takes it
+        else:
+            return False
+        if p.default is not None and slot.default is None and p.name != self.first:
+            self.made_required(p, as_name=slot.name)
+        return True
+
+    def positional(self, p) -> None:
+        slot = self.slot(p)
+        if p.name not in self.i_named and self.i_var is None and self.i_varkw is None:
+            self.add("dropped", p.name,
+                     f"does not accept parameter '{p.name}' (the target takes it at position {p.position}"
+                     f"{_default_of(p)}): vLLM's call passing it raises TypeError")
+        self.position_taken(p, slot)
+        by_kw = self.i_by_kw.get(p.name)
+        self.keyword_taken(p, by_kw)
+        receiver = by_kw if by_kw is not None else (slot if slot is not None and slot.name == p.name else None)
+        if receiver is not None and p.default is not None and receiver.default is None and p.name != self.first:
+            self.made_required(p)
+
+    def position_taken(self, p, slot) -> None:
+        """vLLM's positional call: the value lands in the implementation's parameter of that name."""
+        i = p.position
+        if slot is not None and slot.name != p.name and (p.kind == POSKW or slot.name in self.t_names):
+            self.misplaced.add(slot.name)
+            self.reordered.add(p.name)
+            self.add("reordered", p.name,
+                     f"takes '{slot.name}' at position {i} where the target takes '{p.name}': vLLM's positional call "
+                     f"binds the value of '{p.name}' to '{slot.name}'")
+        elif slot is None and p.name not in self.misplaced:
+            mine = self.i_named.get(p.name)
+            if self.i_var is not None:
                 if mine is not None and mine.kind == KWONLY:
                     left = "unset (TypeError)" if mine.default is None else f"at its default {mine.default}"
-                    add("keyword_only", p.name,
-                        f"takes parameter '{p.name}' keyword-only where the target takes it at position {i}: "
-                        f"vLLM's positional call puts it in *{i_var.name} and leaves '{p.name}' {left}")
-            elif mine is not None or i_varkw is not None:
-                add("not_positional", p.name,
-                    f"does not accept parameter '{p.name}' positionally (the target takes it at position {i}"
-                    f"{default_of(p)}): vLLM's positional call raises TypeError")
-        if by_keyword and by_kw is None and (p.name in i_named or (i_varkw is None and i_var is not None)):
-            # positional-only in the implementation (a keyword call misses it, even with **kwargs),
-            # or only reachable through its *args ("dropped" said the rest)
-            add("not_by_keyword", p.name,
-                f"does not accept parameter '{p.name}' by keyword (the target takes it{default_of(p)}): "
-                "vLLM's keyword call raises TypeError")
-        receiver = by_kw if by_kw is not None else (slot if slot is not None and slot.name == p.name else None)
-        if receiver is not None and p.default is not None and receiver.default is None and p.name != first:
-            add("made_required", p.name,
-                f"makes parameter '{p.name}' required (the target's default is {p.default}): vLLM's call "
-                "without it raises TypeError")
-    t_by_name = {p.name: p for p in target if p.kind not in (VARPOS, VARKW)}
-    for q in impl:
+                    self.add("keyword_only", p.name,
+                             f"takes parameter '{p.name}' keyword-only where the target takes it at position {i}: "
+                             f"vLLM's positional call puts it in *{self.i_var.name} and leaves '{p.name}' {left}")
+            elif mine is not None or self.i_varkw is not None:
+                self.add("not_positional", p.name,
+                         f"does not accept parameter '{p.name}' positionally (the target takes it at position {i}"
+                         f"{_default_of(p)}): vLLM's positional call raises TypeError")
+
+    def keyword_taken(self, p, by_kw) -> None:
+        """vLLM's keyword call: positional-only in the implementation (a keyword call misses it, even with
+        **kwargs), or only reachable through its *args ("dropped" said the rest)."""
+        by_keyword = p.kind == POSKW and p.name != self.first
+        only_positional = p.name in self.i_named or (self.i_varkw is None and self.i_var is not None)
+        if by_keyword and by_kw is None and only_positional:
+            self.add("not_by_keyword", p.name,
+                     f"does not accept parameter '{p.name}' by keyword (the target takes it{_default_of(p)}): "
+                     "vLLM's keyword call raises TypeError")
+
+    # -- the implementation's parameters: what it wants that vLLM does not pass ----------------------------------
+    def impl_param(self, q) -> None:
         if q.kind in (VARPOS, VARKW):
-            continue
-        t = t_by_name.get(q.name)
-        said = q.name in misplaced or q.name in renamed_to or q.name in reordered
-        if (t is not None and q.positional and t.positional and q.position != t.position and not said
+            return
+        t = self.t_by_name.get(q.name)
+        said = q.name in self.misplaced or q.name in self.renamed_to or q.name in self.reordered
+        if not said:
+            said = self.moved(q, t)
+        said = self.extra_required(q, t) or said
+        if not said:
+            self.extra_positional(q)
+
+    def moved(self, q, t) -> bool:
+        if not (t is not None and q.positional and t.positional and q.position != t.position
                 and (q.default is None or t.kind == POSKW)):
-            said = True
-            add("reordered", q.name,
-                f"takes '{q.name}' at position {q.position} where the target takes it at position {t.position}: "
-                f"vLLM's positional call binds another argument to '{q.name}'")
-        if t is None and q.name not in renamed_to and q.default is None:
-            said = True
-            when = ("a call that does not pass it raises TypeError" if any(p.kind == VARKW for p in target)
-                    else "every call raises TypeError")
-            add("extra_required", q.name,
-                f"requires parameter '{q.name}', which the target does not have: vLLM never passes it, so {when}")
-        if not said and t_var is not None and q.positional and q.position >= len(t_pos):
-            add("extra_positional", q.name,
-                f"takes '{q.name}' at position {q.position}, where the target collects extra positional arguments "
-                f"in *{t_var.name}: vLLM's extra positional argument binds to '{q.name}'")
-    return out
+            return False
+        self.add("reordered", q.name,
+                 f"takes '{q.name}' at position {q.position} where the target takes it at position {t.position}: "
+                 f"vLLM's positional call binds another argument to '{q.name}'")
+        return True
+
+    def extra_required(self, q, t) -> bool:
+        if t is not None or q.name in self.renamed_to or q.default is not None:
+            return False
+        when = ("a call that does not pass it raises TypeError" if any(p.kind == VARKW for p in self.target)
+                else "every call raises TypeError")
+        self.add("extra_required", q.name,
+                 f"requires parameter '{q.name}', which the target does not have: vLLM never passes it, so {when}")
+        return True
+
+    def extra_positional(self, q) -> None:
+        if self.t_var is not None and q.positional and q.position >= len(self.t_pos):
+            self.add("extra_positional", q.name,
+                     f"takes '{q.name}' at position {q.position}, where the target collects extra positional "
+                     f"arguments in *{self.t_var.name}: vLLM's extra positional argument binds to '{q.name}'")
 
 
 def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None) -> list[Finding]:

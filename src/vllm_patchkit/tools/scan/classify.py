@@ -5,7 +5,7 @@ The vocabulary is the schema's (`vllm_patchkit.declaration.schema.Kind`): wrap, 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from vllm_patchkit.tools.scan.model import Site
 
@@ -25,108 +25,165 @@ NOT_YET = "not yet declarable (docs/writing-a-patch.md, 'Not yet declarable')"
 
 def classify(site: Site, selected: dict[str, str]) -> None:
     """Fill `declare`, `hints`, `reason` of one site. `selected`: plugin class -> config field that selects it."""
+    if _computed_at_run_time(site):
+        return
+    step = _BY_MECHANISM.get(site.mechanism)
+    if step is not None and step(site, site.facts, selected) is _REFUSED:
+        return
+    if site.facts.get("missing"):
+        site.notes.append(f"not in this release: {site.facts['missing']}")
+
+
+#: What a mechanism's step returns when its reason says all there is (no note on what the release lacks follows).
+_REFUSED = True
+
+
+def _computed_at_run_time(site: Site) -> bool:
     m, f = site.mechanism, site.facts
-    instance = bool(f.get("instance"))
     if m in ("wrap", "instance_attr") and f.get("unresolved") and not site.target:
         site.reason = (f"the object patched ({f['unresolved']}) is computed at run time: declare `kind: wrap`"
                        + (" + `instances: true`" if m == "instance_attr" else "")
                        + f" on each vLLM class whose {f.get('attr')!r} it reaches")
-        return
-    if m in ("wrap", "functools_wraps", "wrapt"):
+        return True
+    return False
+
+
+def _wrapped(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.declare = "wrap"
+    if f.get("instance"):
+        site.hints["instances"] = True
+    if f.get("calls_original") is False:
+        site.notes.append("the wrapper never calls the original")
+
+
+def _replaced(site: Site, f: dict, selected: dict[str, str]) -> None:
+    if f.get("instance"):
         site.declare = "wrap"
-        if instance:
-            site.hints["instances"] = True
-        if f.get("calls_original") is False:
-            site.notes.append("the wrapper never calls the original")
-    elif m == "replace":
-        if instance:
-            site.declare = "wrap"
-            site.hints["instances"] = True
-            site.notes.append("set on objects: a replace on each instance is a wrap (instances: true) that does not "
-                              "call `wrapped`")
-        else:
-            site.declare = "replace"
-    elif m == "instance_attr":
-        if site.target:
-            site.declare = "wrap"
-            site.hints["instances"] = True
-        else:
-            site.reason = (f"a method set on an object whose class cannot be read statically: declare `kind: wrap` + "
-                           f"`instances: true` on the vLLM class that defines {f.get('attr')!r}")
-    elif m == "class_swap":
-        site.declare = "set"
-        impl = f.get("impl_spec")
-        site.hints["value_from"] = impl or "TODO.module:PluginClass"
-    elif m == "setattr":
-        if f.get("dynamic"):
-            site.reason = "setattr with a name computed at run time: the attribute cannot be read statically"
-            return
-        if f.get("missing") and f.get("value_kind") != "literal":
-            site.reason = ("adds an attribute this release does not have (the plugin's own bookkeeping, e.g. the "
-                           "saved original): nothing of vLLM changes there")
-            return
-        if instance:
-            site.reason = ("an attribute of a vLLM object set at run time (a field of the run's config, of a metadata "
-                           "or manager object): the schema sets module and class attributes, not the run's objects")
-            return
-        site.declare = "set"
-        if f.get("value_kind") == "literal":
-            site.hints["value"] = f.get("value")
-        elif f.get("value_kind") == "vllm":
-            site.hints["value_from"] = f.get("value_spec")
-        else:
-            site.hints["value_from"] = "TODO.module:object_the_plugin_sets"
-    elif m == "env":
-        if f.get("value") is None:
-            site.declare = "env_default"
-            site.hints["env_default"] = {"name": f["env"], "value": "TODO"}
-            site.notes.append("value computed at run time")
-        else:
-            site.declare = "env_default"
-            site.hints["env_default"] = {"name": f["env"], "value": f["value"]}
-        if f.get("overwrites"):
-            site.notes.append("the plugin overwrites the variable; env_default only sets it when unset")
-    elif m == "sys_modules":
-        site.reason = ("a whole vLLM module replaced in sys.modules: no schema kind swaps a module; declare each "
-                       "attribute the plugin's module changes as set/wrap, or keep the swap outside the patch set")
-    elif m == "registry":
-        site.reason = f"a registration through a vLLM registry: {NOT_YET}"
-    elif m == "config_field":
-        cls = f.get("cls")
-        base = f.get("vllm_base")
-        if base and f.get("plugin_class"):
-            site.declare = "subclass"
-            site.hints["config_field"] = f["config_field"]
-            site.hints["implementation"] = f["plugin_class"]
-        else:
-            site.reason = (f"a field of the run's config overwritten ({f['config_field']} = {cls or '…'}): "
-                           + ("the class it selects is not a subclass of a vLLM class read here; " if cls else "")
-                           + NOT_YET)
-    elif m == "subclass_override":
-        field = selected.get(f.get("cls", "")) or SELECTED_BY_FIELD.get((f.get("base_name") or "").split(".")[-1])
-        site.notes.append("calls super()" if f.get("calls_super") else "does not call super()")
-        if field:
-            site.declare = "subclass"
-            site.hints["config_field"] = field
-            site.hints["overrides"] = [f.get("method")]
-        else:
-            site.reason = ("an override in a subclass vLLM does not build from a config field (a model, a "
-                           "connector, a backend, a platform...): no kind states it; its base method can be pinned "
-                           "through `uses:`/`reimplements:` of the patch that relies on it")
-    elif m == "refuse":
-        site.reason = ("the plugin stops vLLM here (raise " + str(f.get("exception")) + " in its override of "
-                       + str(f.get("override")) + "): declare `kind: refuse` with `message:` and the plugin's "
-                       "condition as `when:`, if `when` can state it")
-        if f.get("message"):
-            site.hints["message"] = f["message"]
-    elif m == "copy_body":
-        site.reason = ("a copy of an upstream body: state it as `reimplements:` of the patch that installs the "
-                       "copy" + (f" (here: {f.get('installed_by')})" if f.get("installed_by") else ""))
-        site.hints["reimplements"] = [site.target]
-    elif m == "parse_error":
-        site.reason = f.get("error", "does not parse")
-    if f.get("missing"):
-        site.notes.append(f"not in this release: {f['missing']}")
+        site.hints["instances"] = True
+        site.notes.append("set on objects: a replace on each instance is a wrap (instances: true) that does not "
+                          "call `wrapped`")
+    else:
+        site.declare = "replace"
+
+
+def _method_on_an_object(site: Site, f: dict, selected: dict[str, str]) -> None:
+    if site.target:
+        site.declare = "wrap"
+        site.hints["instances"] = True
+    else:
+        site.reason = (f"a method set on an object whose class cannot be read statically: declare `kind: wrap` + "
+                       f"`instances: true` on the vLLM class that defines {f.get('attr')!r}")
+
+
+def _class_swapped(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.declare = "set"
+    impl = f.get("impl_spec")
+    site.hints["value_from"] = impl or "TODO.module:PluginClass"
+
+
+def _attribute_set(site: Site, f: dict, selected: dict[str, str]) -> Optional[bool]:
+    if f.get("dynamic"):
+        site.reason = "setattr with a name computed at run time: the attribute cannot be read statically"
+        return _REFUSED
+    if f.get("missing") and f.get("value_kind") != "literal":
+        site.reason = ("adds an attribute this release does not have (the plugin's own bookkeeping, e.g. the "
+                       "saved original): nothing of vLLM changes there")
+        return _REFUSED
+    if f.get("instance"):
+        site.reason = ("an attribute of a vLLM object set at run time (a field of the run's config, of a metadata "
+                       "or manager object): the schema sets module and class attributes, not the run's objects")
+        return _REFUSED
+    site.declare = "set"
+    if f.get("value_kind") == "literal":
+        site.hints["value"] = f.get("value")
+    elif f.get("value_kind") == "vllm":
+        site.hints["value_from"] = f.get("value_spec")
+    else:
+        site.hints["value_from"] = "TODO.module:object_the_plugin_sets"
+    return None
+
+
+def _env_set(site: Site, f: dict, selected: dict[str, str]) -> None:
+    if f.get("value") is None:
+        site.declare = "env_default"
+        site.hints["env_default"] = {"name": f["env"], "value": "TODO"}
+        site.notes.append("value computed at run time")
+    else:
+        site.declare = "env_default"
+        site.hints["env_default"] = {"name": f["env"], "value": f["value"]}
+    if f.get("overwrites"):
+        site.notes.append("the plugin overwrites the variable; env_default only sets it when unset")
+
+
+def _module_swapped(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.reason = ("a whole vLLM module replaced in sys.modules: no schema kind swaps a module; declare each "
+                   "attribute the plugin's module changes as set/wrap, or keep the swap outside the patch set")
+
+
+def _registered(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.reason = f"a registration through a vLLM registry: {NOT_YET}"
+
+
+def _config_field_set(site: Site, f: dict, selected: dict[str, str]) -> None:
+    cls = f.get("cls")
+    base = f.get("vllm_base")
+    if base and f.get("plugin_class"):
+        site.declare = "subclass"
+        site.hints["config_field"] = f["config_field"]
+        site.hints["implementation"] = f["plugin_class"]
+    else:
+        site.reason = (f"a field of the run's config overwritten ({f['config_field']} = {cls or '…'}): "
+                       + ("the class it selects is not a subclass of a vLLM class read here; " if cls else "")
+                       + NOT_YET)
+
+
+def _overridden(site: Site, f: dict, selected: dict[str, str]) -> None:
+    field = selected.get(f.get("cls", "")) or SELECTED_BY_FIELD.get((f.get("base_name") or "").split(".")[-1])
+    site.notes.append("calls super()" if f.get("calls_super") else "does not call super()")
+    if field:
+        site.declare = "subclass"
+        site.hints["config_field"] = field
+        site.hints["overrides"] = [f.get("method")]
+    else:
+        site.reason = ("an override in a subclass vLLM does not build from a config field (a model, a "
+                       "connector, a backend, a platform...): no kind states it; its base method can be pinned "
+                       "through `uses:`/`reimplements:` of the patch that relies on it")
+
+
+def _refused(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.reason = ("the plugin stops vLLM here (raise " + str(f.get("exception")) + " in its override of "
+                   + str(f.get("override")) + "): declare `kind: refuse` with `message:` and the plugin's "
+                   "condition as `when:`, if `when` can state it")
+    if f.get("message"):
+        site.hints["message"] = f["message"]
+
+
+def _body_copied(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.reason = ("a copy of an upstream body: state it as `reimplements:` of the patch that installs the "
+                   "copy" + (f" (here: {f.get('installed_by')})" if f.get("installed_by") else ""))
+    site.hints["reimplements"] = [site.target]
+
+
+def _unparsed(site: Site, f: dict, selected: dict[str, str]) -> None:
+    site.reason = f.get("error", "does not parse")
+
+
+#: How each mechanism is declared (model.MECHANISMS); one step each.
+_BY_MECHANISM: dict[str, Callable[[Site, dict, dict[str, str]], Optional[bool]]] = {
+    "wrap": _wrapped, "functools_wraps": _wrapped, "wrapt": _wrapped,
+    "replace": _replaced,
+    "instance_attr": _method_on_an_object,
+    "class_swap": _class_swapped,
+    "setattr": _attribute_set,
+    "env": _env_set,
+    "sys_modules": _module_swapped,
+    "registry": _registered,
+    "config_field": _config_field_set,
+    "subclass_override": _overridden,
+    "refuse": _refused,
+    "copy_body": _body_copied,
+    "parse_error": _unparsed,
+}
 
 
 def schema_has_reimplements() -> bool:
