@@ -81,7 +81,7 @@ OTHER_SPLITS = {
 
 #: Owned by a concurrent change; converted at merge.
 OWNED_ELSEWHERE = {
-    "runtime/verify.py", "upstream/convention.py", "tools/scan/classify.py",
+
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import msgspec
 from msgspec import Struct, field
 
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import source_fingerprint, wrapper_layers as layers
@@ -188,7 +189,7 @@ class _Steps:
         # upstream package is never a conflict. A layer whose code lives anywhere else is
         # someone else's wrapper; one whose code is in a dependency (torch.no_grad(), the
         # stdlib's functools.cache) is upstream's only when the pin has it.
-        upstream_module = self.upstream_spec.partition(":")[0]
+        upstream_module = Target.parse(self.upstream_spec).module
         foreign = layers.foreign_layers(self.raw, upstream_module)
         if foreign:
             return Finding("conflict", f"{self.patch.target} is wrapped by someone else "
@@ -200,7 +201,7 @@ class _Steps:
         return foreign_replacement(self.patch, self.upstream_spec, self.raw)
 
     def no_unpinned_layer(self) -> Optional[Finding]:
-        added = layers.unpinned_layers(self.raw, self.upstream_spec.partition(":")[0], list(self.pin.wrappers))
+        added = layers.unpinned_layers(self.raw, Target.parse(self.upstream_spec).module, list(self.pin.wrappers))
         if added:
             return Finding("conflict", f"{self.patch.target} carries a wrapper layer that was not there when it was "
                            "pinned (its code is in a dependency of the upstream package, but the pin does not have "
@@ -318,7 +319,7 @@ def verify_reach(patch: Patch, entry: Optional[ManifestEntry]) -> Optional[Findi
         why = reach_live.missing(key, pin)
         if why is not None:
             verb = {"import": "imports", "method": "calls"}.get(pin.kind, "reads")
-            return Finding("reach", f"{patch.key} {verb} {key.partition(':')[2] if pin.kind != 'import' else key} "
+            return Finding("reach", f"{patch.key} {verb} {Target.parse(key).qualname if pin.kind != 'import' else key} "
                            f"({key}, pinned in its manifest entry): {why}; the implementation would raise "
                            "AttributeError or ImportError when it runs", key, "missing")
     return None

@@ -12,6 +12,7 @@ import types
 from typing import Any, Optional
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.schema import Patch
 from vllm_patchkit.runtime.provenance import code_site, describe_site, outside_upstream
 from vllm_patchkit.upstream import fingerprint as fp
@@ -86,5 +87,5 @@ def layer_sites(raw: Any, upstream_module: str) -> str:
 def initializing(spec: str) -> bool:
     """The copy's module is being imported right now: it imported the target (a lazy patch is applied from
     that nested import) and has not reached its `from ... import` line yet."""
-    mod = sys.modules.get(spec.partition(":")[0])
+    mod = sys.modules.get(Target.parse(spec).module)
     return bool(getattr(getattr(mod, "__spec__", None), "_initializing", False))
