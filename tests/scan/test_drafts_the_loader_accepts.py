@@ -51,8 +51,9 @@ def test_a_by_value_holder_is_drafted_at_the_definition_with_every_holder(tmp_pa
     wrap = docs["wrap"]
     assert wrap["target"] == WEIGHT_UTILS
     holders = demanded_holders(upstream.release, WEIGHT_UTILS)
-    assert DEFAULT_LOADER in wrap["copies"] and set(holders) <= set(wrap["copies"]), (wrap["copies"], holders)
-    assert len(holders) >= 2, "the release has another holder: the case pin named one run at a time"
+    assert wrap["copies"] == sorted({DEFAULT_LOADER, *holders}), (wrap["copies"], holders)
+    if upstream.version() == "0.31.0":  # where the case was met: a second holder, which pin named one run later
+        assert "vllm.model_executor.model_loader.weight_cache.protocol:filter_duplicate_safetensors_files" in holders
 
 
 def test_a_name_the_plugin_adds_is_drafted_adds(tmp_path, upstream):
