@@ -38,8 +38,8 @@ def _name(call: ast.Call) -> str:
 
 
 def _forwarders(tree: ast.AST) -> set[str]:
-    """Names bound to a function or lambda that passes its first parameter on as a Finding's code (`_finding`,
-    convention's `add`)."""
+    """Names bound to a function, method or lambda that passes its first parameter on as a Finding's code
+    (`_finding`, convention's `_Binding.add`)."""
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef):
@@ -49,9 +49,12 @@ def _forwarders(tree: ast.AST) -> set[str]:
             fn, name = node.value, node.targets[0].id
         else:
             continue
-        if not fn.args.args:
+        params = [a.arg for a in fn.args.args]
+        if params[:1] in (["self"], ["cls"]):  # a method (convention's `_Binding.add`): its first own parameter
+            params = params[1:]
+        if not params:
             continue
-        first = fn.args.args[0].arg
+        first = params[0]
         if any(isinstance(c, ast.Call) and _name(c) == "Finding" and c.args and isinstance(c.args[0], ast.Name)
                and c.args[0].id == first for c in ast.walk(fn)):
             out.add(name)
