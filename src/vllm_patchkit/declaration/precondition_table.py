@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, NamedTuple, Optional, Union
 
-from packaging.version import Version
-
 
 class Unmet(NamedTuple):  # a NamedTuple: built at every start-up, ~10x cheaper than a frozen dataclass
     """One precondition that does not hold."""
@@ -208,8 +206,9 @@ ADMITS: dict[tuple[str, str], bool] = {}
 def admits(specifier: str, vllm_version: str) -> bool:
     """Whether a `when.vllm` specifier admits this release."""
     key = (specifier, vllm_version)
-    if key not in ADMITS:
+    if key not in ADMITS:  # packaging only here: a process served from the start-up cache never imports it
         from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
 
         ADMITS[key] = Version(vllm_version) in SpecifierSet(specifier, prereleases=True)
     return ADMITS[key]
