@@ -109,3 +109,17 @@ def test_a_child_importing_another_release_gives_no_verdict():
 def test_the_matrix_refuses_confirm(capsys):
     assert main(["check", "--vllm", "0.31.0,0.32.0", "--confirm"]) == 2
     assert "--confirm reads one release" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("said", ["PATCHKIT-CONFIRM {not json", 'PATCHKIT-CONFIRM {"vllm": "0.31.0"}',
+                                  'PATCHKIT-CONFIRM {"vllm": "0.31.0", "answers": [{"verdict": "fine"}]}'])
+def test_a_garbled_child_answer_is_no_verdict(tmp_path, said):
+    """A child that prints a marked line that cannot be read (a plugin printing over it, a truncated pipe): the
+    breakage reads `cannot confirm`, never confirmed and never a traceback."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{said}'\n")
+    fake.chmod(0o755)
+    report, ps = _report(Breakage(BreakageKind.reach_missing, "p@1", f"{INPUT_BATCH}.num_reqs_gone",
+                                  old="attribute", new="0.31.0", detail="x.py:1"))
+    [c] = confirm.confirm(report, ps, {}, confirm.Runner(str(fake), None, "0.31.0"))
+    assert c.verdict == "cannot" and "could not be read" in c.said

@@ -27,6 +27,7 @@ CALL_KINDS = frozenset({BreakageKind.required_parameter_added, BreakageKind.para
                         BreakageKind.parameter_renamed, BreakageKind.positional_shift,
                         BreakageKind.parameter_kind_changed, BreakageKind.parameter_now_required})
 _MARK = "PATCHKIT-CONFIRM "
+_VERDICTS = frozenset({"confirmed", "not_confirmed", "cannot"})
 
 
 class Runner(NamedTuple):
@@ -163,10 +164,18 @@ def run_child(runner: Runner, probes: list[dict], extra_path: tuple[str, ...] = 
     if line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
         return [], f"the child gave no answer (exit {proc.returncode}: {tail[0][:300]})"
-    doc = json.loads(line[len(_MARK):])
+    try:
+        doc = json.loads(line[len(_MARK):])
+        answers = doc["answers"]
+    except (ValueError, KeyError, TypeError):  # a garbled answer is no answer, never a verdict
+        return [], "the child's answer could not be read"
+    if not isinstance(doc, dict) or not isinstance(answers, list) or not all(isinstance(a, dict) and
+                                                                           a.get("verdict") in _VERDICTS
+                                                                           for a in answers):
+        return [], "the child's answer could not be read"
     if doc.get("vllm") != runner.version:
         return [], f"the child imports vLLM {doc.get('vllm')}, not {runner.version}"
-    return doc["answers"], ""
+    return answers, ""
 
 
 def render(confirmations: list[Confirmation], runner: Optional[Runner]) -> str:
