@@ -769,6 +769,48 @@ def gen_unrelated_change(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
                 break
 
 
+
+def gen_docstring_edit(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
+    """The docstring of every function the set touches (targets, uses, copied bodies), reworded: what an upstream
+    documentation commit does. A body pinned by its digest is read without its docstring."""
+    for place, rel, src, fn in _defs(tree, _callables(touches)):
+        if not _docstring(fn):
+            continue
+        a, b = src.span(fn.body[0].value)
+        quote = 3 if src.seg(b - 3, b) in ('"""', "\'\'\'") else 1
+        yield Mutant("docstring-edit", "harmless", place, f"{place}: its docstring reworded",
+                     {rel: src.edited([(b - quote, b - quote, f" [{MARK}]")])})
+
+
+def gen_annotation_change(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
+    """An annotated parameter of every function the set touches written as a string (`x: T` -> `x: "T"`): what
+    an upstream typing commit does; the signature binds as before."""
+    for place, rel, src, fn in _defs(tree, _callables(touches)):
+        ann = next((a.annotation for a in _positional(fn) + fn.args.kwonlyargs
+                    if a.annotation is not None and not isinstance(a.annotation, ast.Constant)
+                    and a.annotation.lineno == a.annotation.end_lineno), None)
+        if ann is None:
+            continue
+        a, b = src.span(ann)
+        text = src.seg(a, b)
+        if '"' in text:
+            continue
+        yield Mutant("annotation-change", "harmless", place, f"{place}: the annotation `{text}` written as a string",
+                     {rel: src.edited([(a, b, f'"{text}"')])})
+
+
+def gen_new_function(tree: Tree, touches: list[Touch]) -> Iterator[Mutant]:
+    """A new module-level function at the end of every module the set touches."""
+    for module in sorted({p.split(":")[0] for t in touches for p in t.places()}):
+        rel, src, _ = _locate(tree, f"{module}:x")
+        if src is None:
+            continue
+        end = len(src.data)
+        sep = "" if src.text.endswith("\n") else "\n"
+        yield Mutant("new-function", "harmless", f"{module}:{MARK}_new_function",
+                     f"{module}: a new function {MARK}_new_function",
+                     {rel: src.edited([(end, end, f"{sep}\n\ndef {MARK}_new_function():\n    return None\n")])})
+
 def _message(fn) -> Optional[ast.Constant]:
     """A plain string argument of a raise or a logger call in the function's own body."""
     for n in own_nodes(fn):
@@ -790,6 +832,7 @@ GENERATORS: list[Callable[[Tree, list[Touch]], Iterator[Mutant]]] = [
     gen_remove_attribute, gen_rename_attribute, gen_remove_method, gen_rename_method, gen_add_required_param,
     gen_reorder_params, gen_change_default, gen_tuple_arity, gen_move_function, gen_edit_copied_body,
     gen_optional_param, gen_reformat, gen_new_method, gen_unrelated_change, gen_moved_reexported,
+    gen_docstring_edit, gen_annotation_change, gen_new_function,
 ]
 
 

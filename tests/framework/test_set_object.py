@@ -43,7 +43,7 @@ def test_value_from_that_does_not_import_fails_before_anything_is_set(tmp_path, 
     assert cls.patchkit_test_policy == "fifo"
 
 
-@pytest.mark.parametrize("extra, words", [({"value": 3}, "not both"), ({"kind": "wrap"}, "only for kind set")])
+@pytest.mark.parametrize("extra, words", [({"value": 3}, "not both"), ({"kind": "wrap"}, "only for kinds set, register")])
 def test_value_from_declaration_errors(tmp_path, extra, words):
     from vllm_patchkit.declaration.declare import load_patch_set
     from .helpers import write_patch

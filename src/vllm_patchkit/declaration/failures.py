@@ -151,7 +151,7 @@ ROWS: tuple[FailureRow, ...] = (
                "vLLM {v} no longer defines a name the implementation reads, calls or imports (found above): "
                "`vllm-patchkit check --vllm {v}` names the implementation's line; adapt the implementation in a new "
                "patch version and pin it", True),
-    FailureRow(C.collision, (FAILED,), "vLLM defines the name a `set` with `adds` adds",
+    FailureRow(C.collision, (FAILED,), "vLLM defines the name a `set` with `adds` adds, or registers the key a `register` with `adds` sets",
                "vLLM {v} now defines the name the patch adds (found above): rename the added name in a new patch "
                "version (and every caller of it in the plugin), or drop it if vLLM's own now does the job; pin it"),
     FailureRow(C.override, (FAILED,), "kind subclass: a method listed in `overrides` is not defined by the "

@@ -26,6 +26,9 @@ class KindDeclaration(NamedTuple):  # a NamedTuple: built at every start-up, ~10
     sets_value: bool = False
     #: it selects a class through a config field (judged at the config stage; its overrides are pinned)
     selects_class: bool = False
+    #: it sets one entry (`entry`) of the mapping at the target (a run-time registry): pinned is whether vLLM
+    #: registers that key itself, not the mapping's value
+    sets_entry: bool = False
 
     @property
     def installs_function(self) -> bool:
@@ -58,6 +61,9 @@ DECLARATIONS: tuple[KindDeclaration, ...] = (
                     takes=("copies", "reimplements", "copied_part"), call_shape="replace"),
     KindDeclaration("set", "the target attribute is set to `value` (or what `value_from` names)", needs=("target",),
                     takes=("value", "value_from", "instances", "inherited_from", "adds"), sets_value=True),
+    KindDeclaration("register", "the entry `entry` of the mapping at the target (a registry vLLM reads, such as "
+                    "MODEL_ARCH_CONFIG_CONVERTORS) is set to `value` (or what `value_from` names)",
+                    needs=("target", "entry"), takes=("value", "value_from", "adds"), sets_entry=True),
     KindDeclaration("env_default", "an env var gets a default when unset", needs=("env_default",)),
     KindDeclaration("refuse", "start-up stops with `message` when `when` holds", needs=("message",)),
     KindDeclaration("warn", "a warning with `message` when `when` holds; start-up goes on", needs=("message",)),
@@ -72,6 +78,7 @@ GOVERNED = frozenset(f for d in DECLARATIONS for f in d.needs + d.takes) - {"tar
 
 #: How a missing needed field is explained, where its name alone says too little.
 HINTS = {
+    "entry": " (the key of the mapping's entry the patch sets, e.g. glm5)",
     "config_field": " (the VllmConfig field that selects the class, e.g. scheduler_config.scheduler_cls)",
     "overrides": " (a non-empty list of the target's methods the implementation overrides)",
     "env_default": " ({name, value})",

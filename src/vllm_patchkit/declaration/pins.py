@@ -21,6 +21,7 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
     wrappers: list[str] = field(default_factory=list)
     value_digest: Optional[str] = None
     part_digest: Optional[str] = None
+    entry_present: Optional[bool] = None
 
 
 class ReachPin(Declared, frozen=True, kw_only=True):

@@ -70,6 +70,7 @@ class Patch(PatchReading, Declared, frozen=True, kw_only=True):
     instances: bool = False
     inherited_from: Optional[str] = None
     adds: bool = False
+    entry: Optional[str] = None
     value_from: Optional[str] = None
     config_field: Optional[str] = None
     overrides: list[str] = field(default_factory=list)

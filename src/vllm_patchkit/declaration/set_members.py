@@ -9,10 +9,14 @@ from vllm_patchkit.declaration.names import Target
 
 
 def check_adds(patch) -> None:
-    """`adds`: kind set of a class member, alone (an added name is neither each object's nor inherited)."""
-    if not declaration_of(patch.kind).sets_value:
-        raise ValueError(f"'adds: true' is only for kind set (a name the plugin adds to a vLLM class), not "
-                         f"{patch.kind.value!r}")
+    """`adds`: kind set of a class member, alone (an added name is neither each object's nor inherited); kind
+    register: an entry vLLM does not register itself."""
+    row = declaration_of(patch.kind)
+    if row.sets_entry:
+        return
+    if not row.sets_value:
+        raise ValueError(f"'adds: true' is only for kind set (a name the plugin adds to a vLLM class) or register "
+                         f"(a key the plugin adds to a vLLM registry), not {patch.kind.value!r}")
     if patch.instances or patch.inherited_from is not None:
         raise ValueError("'adds: true' names a member vLLM does not have: not with 'instances' or 'inherited_from'")
     if not Target.parse(patch.target).is_member:

@@ -163,9 +163,16 @@ class Patch(PatchReading, Strict):
                     "RPC method on a worker class, a helper, a marker attribute). Pinned as absent; a release that "
                     "starts defining the name is a collision (`check`: name_collision; the loader refuses it)",
     )
+    entry: Optional[Annotated[str, Field(min_length=1)]] = Field(
+        default=None,
+        description="kind register: the key of the entry the patch sets in the mapping at `target` (a registry vLLM "
+                    "looks keys up in: hf model_type -> convertor class). Pinned is whether vLLM registers the key "
+                    "itself: with `adds: true` it must not (a release that starts to is a collision); without, the "
+                    "patch replaces vLLM's own entry (a string key)",
+    )
     value_from: Optional[Annotated[str, Field(pattern=TARGET)]] = Field(
         default=None,
-        description="kind set: `module:attr` of an importable object to set (a class, a function, an instance), "
+        description="kind set or register: `module:attr` of an importable object to set (a class, a function, an instance), "
                     "resolved when the patch is verified; instead of a literal `value`",
     )
     config_field: Optional[Annotated[str, Field(pattern=CONFIG_FIELD)]] = Field(
@@ -257,6 +264,8 @@ class Patch(PatchReading, Strict):
                 raise ValueError(f"'overrides' names a method twice: {self.overrides}")
         if self.value is not None and self.value_from is not None:
             raise ValueError("give 'value' or 'value_from', not both")
+        if row.sets_entry and self.value is None and self.value_from is None:
+            raise ValueError(f"kind {k.value!r} needs 'value' or 'value_from' (what the entry {self.entry!r} is set to)")
         if len(set(self.params)) != len(self.params):
             raise ValueError(f"'params' names a parameter twice: {self.params}")
         stray = sorted(set(self.copied_part) - set(self.reimplements or ()))
@@ -294,6 +303,12 @@ class Fingerprint(Strict):
     part_digest: Optional[str] = Field(
         default=None,
         description="digest of the statements the patch's `copied_part` names in this body (normalised AST)",
+    )
+    entry_present: Optional[bool] = Field(
+        default=None,
+        description="kind register: whether vLLM itself registers the patch's `entry` in the mapping at this place "
+                    "(false with `adds`: a release that starts registering it is a collision; true: the patch "
+                    "replaces vLLM's entry, and a release without it is `entry_gone`)",
     )
 
 

@@ -19,6 +19,8 @@ log = logging.getLogger("vllm.patchkit")
 #: mark, and vLLM may define the very value a patch sets (0.32.0's Step3p5ToolParser.structural_tag_model):
 #: only this tells "set by an earlier loader here" from "upstream defines it now".
 SET_BY: dict[tuple[int, str], str] = {}
+#: (id of the mapping, key) -> the key of the `register` patch that set that entry in this process (as SET_BY)
+ENTRY_BY: dict[tuple[int, str], str] = {}
 
 
 class Applied(Struct):

@@ -16,6 +16,7 @@ from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.upstream import convention
 from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import source_fingerprint, wrapper_layers as layers
+from vllm_patchkit.runtime.entry_place import entry_place
 from vllm_patchkit.runtime.set_places import set_place
 from vllm_patchkit.runtime import verify_places as places
 from vllm_patchkit.runtime.provenance import replaced_by, foreign_replacement
@@ -108,6 +109,8 @@ class _Steps:
         """kind set on the objects of a class, an inherited one overridden on a subclass or an added one: its
         own place (set_places.py); any other target: judged against its pin, then its copies."""
         patch = self.patch
+        if traits(patch).sets_entry:
+            return self.entry_place()
         if traits(patch).sets_value and (patch.instances or patch.inherited_from is not None or patch.adds):
             return self.set_place()
         return self.target() if patch.target is not None else None
@@ -121,6 +124,13 @@ class _Steps:
             return found
         self.out.place = self.target_place
         return self.copies_hold_it()
+
+    def entry_place(self) -> Optional[Finding]:
+        got = entry_place(self.patch, self.entry)
+        if isinstance(got, Finding):
+            return got
+        self.out.place, self.out.already = got
+        return None
 
     def set_place(self) -> Optional[Finding]:
         got = set_place(self.patch, self.entry)

@@ -27,6 +27,7 @@ from vllm_patchkit.declaration.pins import Fingerprint
 from vllm_patchkit.upstream.copied_part import outside, part_digest
 from vllm_patchkit.upstream.sigdiff import compare, missing_breakages, new_home
 from vllm_patchkit.upstream.missing import Missing
+from vllm_patchkit.tools.examine_entry import registered_entry
 from vllm_patchkit.tools.moved_identity import confirm_moves
 
 
@@ -55,6 +56,10 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     out: list[Breakage] = []
     target_id = None
     for spec in target_specs(patch):
+        if traits(patch).sets_entry and spec == patch.target:
+            found[spec], more = registered_entry(release, patch, spec, pins.get(spec))  # as the loader reads it
+            out.extend(more)
+            continue
         if traits(patch).sets_value and (patch.instances or patch.inherited_from or patch.adds) and spec in (
                 patch.target, patch.inherited_from):
             found[spec], more = _set_place(release, patch, spec, pins.get(spec))  # the loader's reading, statically

@@ -15,6 +15,7 @@ from vllm_patchkit.upstream import fingerprint as fp
 from vllm_patchkit.upstream import wrapper_layers as layers
 from vllm_patchkit.tools.live import note_import
 from vllm_patchkit.declaration.pins import Fingerprint
+from vllm_patchkit.upstream.entries import Presence, static_presence
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
@@ -43,6 +44,8 @@ class Release(Protocol):
     def holders(self, spec: str) -> list[str]: ...
 
     def runs_before_plugins(self, module: str) -> bool: ...
+
+    def entry(self, spec: str, key: str) -> Presence: ...
 
 
 class LiveRelease:
@@ -111,6 +114,18 @@ class LiveRelease:
         """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
         return order_of(self.static()).may_run_before_plugins(module)
 
+    def entry(self, spec: str, key: str) -> Presence:
+        """Whether the mapping at `spec` has `key` in this process, as the loader reads it."""
+        from collections.abc import Mapping
+
+        try:
+            mapping = resolve(spec).get_raw()
+        except TargetError as exc:
+            return str(exc)
+        if not isinstance(mapping, Mapping):
+            return f"{spec} is not a mapping ({type(mapping).__name__})"
+        return key in mapping
+
 
 def _live_definer(spec: str) -> Optional[str]:
     """`module:Base.attr` when the imported class `spec` names has `attr` only through a base (its MRO)."""
@@ -154,6 +169,19 @@ class StaticView:
     def runs_before_plugins(self, module: str) -> bool:
         """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
         return order_of(self.release).may_run_before_plugins(module)
+
+    def entry(self, spec: str, key: str) -> Presence:
+        """Whether the mapping at `spec` has `key`, read from its literal and its module's statements
+        (`upstream/entries.py`: what is not read is never absent)."""
+        import ast
+
+        d = self.release.resolve(spec)
+        if isinstance(d, Missing):
+            return d.reason
+        name = d.qualname if "." not in d.qualname else None  # a module-level name: its module's statements fill it
+        mod = self.release.module(d.module) if name is not None else None
+        raw = self.release.source.read(mod.path) if mod is not None else None
+        return static_presence(d.node, ast.parse(raw) if raw is not None else None, name, key)
 
 
 def installed_static() -> "StaticView":

@@ -62,6 +62,9 @@ class BreakageKind(str, Enum):
     unreviewed = "unreviewed"
     reach_missing = "reach_missing"
     name_collision = "name_collision"
+    entry_collision = "entry_collision"
+    entry_gone = "entry_gone"
+    entry_unreadable = "entry_unreadable"
 
     @property
     def failure_code(self) -> Optional[FailureCode]:
@@ -106,6 +109,9 @@ LOADER_CODES: dict[BreakageKind, Optional[FailureCode]] = {
     BreakageKind.foreign_replacement: FailureCode.conflict,
     BreakageKind.reach_missing: FailureCode.reach,
     BreakageKind.name_collision: FailureCode.collision,
+    BreakageKind.entry_collision: FailureCode.collision,
+    BreakageKind.entry_gone: FailureCode.fingerprint,
+    BreakageKind.entry_unreadable: FailureCode.fingerprint,
     # the loader records no code for these: it stops before any patch has a record (`PatchSetErrors`), or never
     # runs what `check` ran
     BreakageKind.when_excludes: None,
@@ -218,6 +224,18 @@ _EXPLAIN = {
                   "(`implementation`)",
     BreakageKind.reach_missing: lambda b: _explain_reach(b),
     BreakageKind.name_collision: lambda b: _explain_collision(b),
+    BreakageKind.entry_collision:
+        lambda b: (f"{b.patch} registers {b.new!r} in {b.target}, and vLLM {b.detail} registers that key itself: the "
+                   "plugin's entry would replace vLLM's own, which vLLM then no longer reaches (a collision)"),
+    BreakageKind.entry_gone:
+        lambda b: (f"{b.patch} replaces vLLM's entry {b.new!r} of {b.target}, and vLLM {b.detail} no longer registers "
+                   "that key: what the plugin's entry stood in for is gone, and whether vLLM still looks it up is "
+                   "not known" if b.old == "pinned" else
+                   f"{b.patch} replaces vLLM's entry {b.new!r} of {b.target}, but vLLM {b.detail} does not register "
+                   "that key: if the plugin adds it, declare `adds: true`"),
+    BreakageKind.entry_unreadable:
+        lambda b: (f"whether vLLM {b.detail} registers {b.new!r} in {b.target} cannot be read ({b.old}): nothing "
+                   "can be judged; check it where the release is installed (`check --live`)"),
     BreakageKind.when_excludes: lambda b: f"manifest and patch contradict each other: {b.detail}",
     BreakageKind.unreviewed: lambda b: f"not reviewed: {b.detail}",
     BreakageKind.foreign_replacement:

@@ -55,6 +55,9 @@ class AssignmentSites:
                          value=_const_scalar(value), overwrites=True)
             elif owner and owner[0] == "vllm" and isinstance(t.value, ast.Attribute) and t.value.attr == "__dict__" and key:
                 self.vllm_set(f"{owner[1]}".removesuffix(".__dict__") + f".{key}", value, node, False)
+            elif owner and owner[0] == "vllm" and key:  # an entry of one of vLLM's mappings: a registry
+                self.ctx.add("registry", node, owner[1], f"{_short(t.value)}[{key!r}] = {_short(value)}", entry=key,
+                             impl=self.refs.callable_ref(value))
             return
         if not isinstance(t, ast.Attribute):
             return

@@ -121,7 +121,18 @@ def _module_swapped(site: Site, f: dict, selected: dict[str, str]) -> None:
 
 
 def _registered(site: Site, f: dict, selected: dict[str, str]) -> None:
-    site.reason = f"a registration through a vLLM registry: {NOT_YET}"
+    if f.get("entry") is None or not site.target:
+        site.reason = f"a registration through a vLLM registry: {NOT_YET}"
+        return
+    site.declare = "register"  # a key set on one of vLLM's mappings
+    site.hints["entry"] = f["entry"]
+    site.hints["value_from"] = f.get("impl_spec") or "TODO.module:object_the_plugin_registers"
+    present = f.get("entry_present")
+    if present is False:
+        site.hints["adds"] = True
+    elif not isinstance(present, bool):
+        site.notes.append(f"whether vLLM registers {f['entry']!r} itself was not read ({present or 'no release'}): "
+                          "`adds: true` if it does not (pin reads it)")
 
 
 def _config_field_set(site: Site, f: dict, selected: dict[str, str]) -> None:

@@ -47,3 +47,13 @@ def added_name(up: Any, site: Site, missing: Any) -> None:
         return
     if owner is not None and not missing.moved_to and isinstance(up.resolve(str(owner)), Definition):
         site.hints["adds"] = True
+
+
+def registry_entry(up, site) -> None:
+    """A key the plugin sets on one of vLLM's mappings: whether the release registers it itself (`adds` when not),
+    read as `pin` reads it (`upstream/entries.py`)."""
+    f = site.facts
+    if site.mechanism == "registry" and site.target and f.get("entry") is not None and up.release is not None:
+        from vllm_patchkit.tools.releases import StaticView
+
+        f["entry_present"] = StaticView(up.release).entry(site.target, f["entry"])

@@ -179,6 +179,8 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
         if kind == "env_default":
             env = site.hints["env_default"]
             key = ("env", env["name"])
+        elif kind == "register":
+            key = (kind, target, site.hints["entry"])  # one patch per entry of the mapping
         else:
             key = (kind, target, bool(site.hints.get("instances")))
         if key in by_key:
@@ -186,7 +188,9 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
             if site.hints.get("reimplements"):
                 by_key[key].doc.setdefault("_reimplements", []).extend(site.hints["reimplements"])
             continue
-        label = env["name"] if kind == "env_default" else _last_name(target, "patch")
+        label = (env["name"] if kind == "env_default" else
+                 str(site.hints["entry"]) if kind == "register" else
+                 _last_name(target, "patch"))
         pid = new_id(f"{label}-{kind}" if kind != "env_default" else f"{label}-default")
         doc = _base_doc(pid, site, kind, target if kind != "env_default" else None)
         d = Draft(pid, doc, [site])
@@ -199,6 +203,11 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
                 doc["value"] = _plain(site.hints["value"])
             elif site.hints.get("value_from"):
                 doc["value_from"] = site.hints["value_from"]
+        elif kind == "register":
+            doc["entry"] = str(site.hints["entry"])
+            doc["value_from"] = site.hints["value_from"]
+            if site.hints.get("adds"):
+                doc["adds"] = True
         elif kind in ("wrap", "replace"):
             func = _ident(_last_name(target, "impl").split(".")[-1])
             d.stub = f"{_ident(pid)}.py"

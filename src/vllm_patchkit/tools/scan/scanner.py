@@ -242,6 +242,7 @@ class Scan:
             site.target = None
         if site.target and site.mechanism not in ("sys_modules", "registry"):
             declarable.missing(self.up, site)
+        declarable.registry_entry(self.up, site)
         if site.mechanism == "registry" and site.target:  # the tables the registration stores into
             for spec in (site.target, site.defined_at):
                 if spec:
