@@ -60,7 +60,7 @@ def test_the_worked_example_kind_is_skipped_in_its_own_words_when_its_condition_
 def test_its_declarative_row_is_enforced_when_the_yaml_is_read(tmp_path):
     with pytest.raises(PatchSetErrors, match="kind 'warn' needs 'message'"):
         make_loader(tmp_path, {"w": patch_doc(id="w", kind="warn", processes=["frontend"])}, [])
-    with pytest.raises(PatchSetErrors, match="'implementation' is only for kinds wrap, replace, subclass, not 'warn'"):
+    with pytest.raises(PatchSetErrors, match="'implementation' is only for kinds wrap, replace, subclass, hook, not 'warn'"):
         make_loader(tmp_path, {"w": patch_doc(id="w", kind="warn", message="m", processes=["frontend"],
                                               implementation="os:getcwd")}, [])
 

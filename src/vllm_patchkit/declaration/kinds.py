@@ -26,6 +26,9 @@ class KindDeclaration(NamedTuple):  # a NamedTuple: built at every start-up, ~10
     sets_value: bool = False
     #: it selects a class through a config field (judged at the config stage; its overrides are pinned)
     selects_class: bool = False
+    #: its implementation is a subclass of the target class whose `overrides` vLLM calls: each overridden base
+    #: method is pinned as `target.method` and the override judged against it (kinds subclass and hook)
+    judges_overrides: bool = False
     #: it sets one entry (`entry`) of the mapping at the target (a run-time registry): pinned is whether vLLM
     #: registers that key itself, not the mapping's value
     sets_entry: bool = False
@@ -69,7 +72,12 @@ DECLARATIONS: tuple[KindDeclaration, ...] = (
     KindDeclaration("warn", "a warning with `message` when `when` holds; start-up goes on", needs=("message",)),
     KindDeclaration("subclass", "`implementation` (a subclass of the target class) is selected through "
                     "`config_field`", needs=("target", "implementation", "config_field", "overrides"),
-                    takes=("reimplements", "copied_part"), selects_class=True),
+                    takes=("reimplements", "copied_part"), selects_class=True, judges_overrides=True),
+    KindDeclaration("hook", "`implementation`, a subclass of the target class that vLLM reaches another way (a "
+                    "registry, an entry point, a dotted path it imports), whose `overrides` are the methods vLLM "
+                    "calls on the plugin's objects: each judged against the base method's pin; nothing installed",
+                    needs=("target", "implementation", "overrides"), takes=("reimplements", "copied_part"),
+                    judges_overrides=True),
 )
 _BY_NAME = {d.name: d for d in DECLARATIONS}
 

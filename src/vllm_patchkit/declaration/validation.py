@@ -256,9 +256,9 @@ class Patch(PatchReading, Strict):
         found = problems(k.value, {f: getattr(self, f) for f in type(self).model_fields})
         if found:
             raise ValueError("; ".join(found))
-        if row.selects_class:
+        if row.judges_overrides:
             if Target.parse(self.target).is_member:
-                raise ValueError(f"kind 'subclass' needs 'target' to name a class (module:Class), not a member: "
+                raise ValueError(f"kind {k.value!r} needs 'target' to name a class (module:Class), not a member: "
                                  f"{self.target!r}")
             if len(set(self.overrides)) != len(self.overrides):
                 raise ValueError(f"'overrides' names a method twice: {self.overrides}")

@@ -63,8 +63,8 @@ def check(patch: Patch, entry: Optional[ManifestEntry], place: Place,
     """
     base = place.get_raw()
     if not isinstance(base, type):
-        return None, _finding("kind", f"{patch.target} is a {type(base).__name__}, not a class: kind subclass "
-                                      "needs the base class vLLM would build", "a class", type(base).__name__)
+        return None, _finding("kind", f"{patch.target} is a {type(base).__name__}, not a class: kind "
+                                      f"{patch.kind.value} needs the base class vLLM would build", "a class", type(base).__name__)
     for name in patch.overrides:
         spec = f"{patch.target}.{name}"
         try:

@@ -77,7 +77,7 @@ def verify(patch: Patch, entry: Optional[ManifestEntry],
     found = _first_finding(steps.place, steps.uses, steps.value_from)
     if found is not None:
         return found
-    if traits(patch).selects_class and steps.out.place is not None:
+    if traits(patch).judges_overrides and steps.out.place is not None:
         found = steps.subclass_selection(pinned_elsewhere)  # subclass.py judges the rest: no implementation here
     else:
         found = _first_finding(steps.implementation, steps.reach)

@@ -111,7 +111,7 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue
             out.extend(_convention(patch, got, impl_here))
-            if traits(patch).selects_class:
+            if traits(patch).judges_overrides:
                 out.extend(_override_conventions(patch, found_so_far=found, release=release))
             if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()

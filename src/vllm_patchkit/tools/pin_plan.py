@@ -34,7 +34,7 @@ def settle_inherited(release: Release, patch, found: dict) -> tuple[dict, list[s
     """Kind subclass: an overridden base method that the base class only inherits on this release is pinned as
     the class that defines it has it (the override overrides it all the same; `super()` binds there). Nothing
     changed, so nothing is refused; a later release is compared with this pin (`compat.judge_all`)."""
-    if not traits(patch).selects_class or not patch.target:
+    if not traits(patch).judges_overrides or not patch.target:
         return found, []
     out, notes = dict(found), []
     digests = getattr(patch, "source_pinned_specs", frozenset())

@@ -113,7 +113,7 @@ def judge_all(patch: Patch, found: Iterable[Breakage]) -> list[Breakage]:
 def _override_name(patch: Patch, b: Breakage) -> Optional[str]:
     """The overridden method a breakage concerns (kind subclass): at `target.name`, or at the base's
     definition it is now inherited from / moved to (compared there by `check.examine`)."""
-    if not traits(patch).selects_class or not patch.target or b.target in patch.uses:
+    if not traits(patch).judges_overrides or not patch.target or b.target in patch.uses:
         return None
     prefix = patch.target + "."
     if b.target.startswith(prefix):
@@ -143,7 +143,7 @@ def _stand_in_for(patch: Patch, b: Breakage) -> Union[None, str, tuple[str, obje
     """None: not an override or proxy; a str: it cannot be read (why); else (how to name it, ImplDef)."""
     if patch.implementation is None:
         return None
-    if traits(patch).selects_class:
+    if traits(patch).judges_overrides:
         name = _override_name(patch, b)
         if name is None:
             return None
@@ -211,7 +211,7 @@ def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
         stand_in = _stand_in_for(patch, b)
         if isinstance(stand_in, tuple):
             return _override_rule(patch, b, *stand_in)
-        if isinstance(stand_in, str) and traits(patch).selects_class:
+        if isinstance(stand_in, str) and traits(patch).judges_overrides:
             return True, f"the override cannot be read to judge the change ({stand_in})"
     if b.kind not in SIGNATURE:
         return True, _ALWAYS.get(b.kind, "not a signature difference")
