@@ -5,8 +5,8 @@
 Prints per plugin: catalogued places, places the scan found, recall (found / places), and each missed place.
 Registry plugins are downloaded once into ~/.cache/vllm-patchkit/plugins ($VLLM_PATCHKIT_PLUGIN_CACHE); ATOM is
 read from $PATCHKIT_ATOM_SRC when set (else skipped): a folder holding atom/plugin/vllm/, e.g. the files assembled at
-the versions tests/data/atom_scan_recall.yaml lists (path, version, sha256), on which the recorded figure (100 of
-110) was measured. tests/scan/test_recall.py uses the same function.
+the versions tests/data/atom_scan_recall.yaml lists (path, version, sha256), on which the recorded figure (97 of
+the 107 places whose file versions it holds) was measured. tests/scan/test_recall.py uses the same function.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "atom_sites_report.py"
 
 MISSING_KINDS = {"instance_method", "config_subclass", "registry", "property", "set_object", "custom_op",
-                 "when_condition", "config_override"}
+                 "when_condition", "config_override", "hook_method"}
 SCHEMA_KINDS = {k.value for k in Kind}
 FOREIGN = ("vllm._C", "vllm._rocm_C", "vllm.platforms.rocm", "vllm.platforms.cuda", "vllm.platforms.xpu",
            "vllm.platforms.tpu")

@@ -2,7 +2,7 @@
 a plugin whose source can be had is found (same file within ±3 lines, or the same target), recall >= 0.90 per
 plugin. Same function as scripts/scan_recall.py. ATOM (a GitHub source) is scanned only when $PATCHKIT_ATOM_SRC
 names a folder holding its atom/plugin/vllm/ (a checkout, or the files assembled at the versions the catalogue was
-read from: tests/data/atom_scan_recall.yaml records that figure, 100 of 110, and the file versions)."""
+read from: tests/data/atom_scan_recall.yaml records that figure, 97 of the 107 places whose files it holds)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ BELOW_GOAL = {"raif-vllm": (1, 3), "vllm-canon": (4, 5), "amass-kv": (5, 7), "th
 def test_recall_per_plugin(path, upstream):
     cat = read_catalogue(path)
     places = places_of(cat)
+    if path.parent.name == "atom":
+        places = [p for p in places if p.id not in _atom_not_measured()]
     src, why = source_of(cat)
     if src is None:
         pytest.skip(f"{cat.get('plugin')}: source not available: {why}"
@@ -56,11 +58,20 @@ def test_corpus_has_catalogues():
 ATOM_RECORD = Path(__file__).resolve().parents[1] / "data" / "atom_scan_recall.yaml"
 
 
+def _atom_not_measured() -> set[str]:
+    """Catalogue places whose ATOM file versions the recorded folder lacks: left out of the figure, said why."""
+    rec = yaml.safe_load(ATOM_RECORD.read_text(encoding="utf-8"))
+    return {u["id"] for u in rec.get("not_measured") or []}
+
+
 def test_atom_record_is_consistent():
     """The record's own figures agree, and its unfound places are places of the catalogue (runs without ATOM)."""
     rec = yaml.safe_load(ATOM_RECORD.read_text(encoding="utf-8"))
     cat_ids = {p.id for p in places_of(read_catalogue(CORPUS / "atom" / "catalogue.yaml"))}
-    assert rec["places"] == len(cat_ids)
+    skipped = rec.get("not_measured") or []
+    assert all(u["reason"] for u in skipped) and {u["id"] for u in skipped} <= cat_ids
+    assert not {u["id"] for u in skipped} & {u["id"] for u in rec["unfound"]}
+    assert rec["places"] + len(skipped) == len(cat_ids)
     assert rec["found"] + len(rec["unfound"]) == rec["places"]
     assert rec["recall"] == round(rec["found"] / rec["places"], 2) and rec["recall"] >= 0.90
     assert {u["id"] for u in rec["unfound"]} <= cat_ids and all(u["reason"] for u in rec["unfound"])
@@ -81,7 +92,8 @@ def test_atom_recall_matches_record(upstream):
         p = root / f["path"]
         if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != f["sha256"]:
             differ.append(f["path"])
-    places = places_of(read_catalogue(CORPUS / "atom" / "catalogue.yaml"))
+    places = [p for p in places_of(read_catalogue(CORPUS / "atom" / "catalogue.yaml"))
+              if p.id not in _atom_not_measured()]
     r = recall_of("ROCm/ATOM", places, scan(str(src), upstream=upstream))
     missed = sorted(p.id for p in r.missed)
     note = f" (files missing or not at the recorded versions: {differ})" if differ else ""

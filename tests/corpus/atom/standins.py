@@ -1,10 +1,10 @@
-"""Stand-ins for ATOM's Scheduler subclasses (ATOM is not installed here), named by the kind subclass
-declarations of tests/data/atom_patch_sites.yaml and tests/corpus/atom/catalogue.yaml.
+"""Stand-ins for ATOM's Scheduler subclass and its fixed-signature wrappers (ATOM is not installed here), named by
+the declarations of tests/data/atom_patch_sites.yaml and tests/corpus/atom/catalogue.yaml.
 
-Our own code, not ATOM's: each overrides the base method with the base's signature (as ATOM's classes do)
-and calls up. The ATOM measurement (scripts/atom_sites_report.py) reads this file statically and never
-imports it, so importing vLLM's scheduler here costs nothing there; import it only in a process where
-vLLM's CPU build may load.
+Our own code, not ATOM's: the subclass overrides the base method with the base's signature (as ATOM's class does)
+and calls up; each wrapper stand-in has only the signature of ATOM's wrapper. The ATOM measurement
+(scripts/atom_sites_report.py) reads this file statically and never imports it, so importing vLLM's scheduler here
+costs nothing there; import it only in a process where vLLM's CPU build may load.
 """
 
 from __future__ import annotations
@@ -21,17 +21,6 @@ class AtomSchedulerStandIn(Scheduler):
                                                             evict_blocks)
 
 
-class PrefixCapMixin:
-    """ATOM's V4.1 scheduler takes its override from a mixin: the method is the mixin's, not the class's own."""
-
-    def _get_local_prefix_cache_hit(self, request):
-        return super()._get_local_prefix_cache_hit(request)
-
-
-class AtomV41SchedulerStandIn(PrefixCapMixin, Scheduler):
-    """ATOM's DeepSeek-V4.1 scheduler: caps local prefix-cache hits."""
-
-
 # ATOM's fixed-signature wrappers (their shapes, as the catalogue's notes and truths describe them; not ATOM's code):
 # each calls the original with the arguments it names, so it rejects any call vLLM makes with more.
 def pool_bytes_per_block_wrapper(kv_cache_groups):
@@ -40,8 +29,19 @@ def pool_bytes_per_block_wrapper(kv_cache_groups):
 
 
 def get_parser_wrapper(cls, tool_parser_name=None, reasoning_parser_name=None, enable_auto_tools=False,
-                       model_name=None, is_harmony=False):
-    """ATOM's classmethod wrapper re-declares five keywords, without **kwargs."""
+                       model_name=None, is_harmony=False, **kwargs):
+    """ATOM's classmethod wrapper re-declares five keywords and forwards any other keyword (**kwargs)."""
+    ...
+
+
+def reserve_prefill_lookahead_wrapper(self, request, num_computed_tokens, num_new_tokens):
+    """ATOM's class-level wrapper of Scheduler._reserve_prefill_lookahead takes the three arguments of 0.31.0."""
+    ...
+
+
+def local_prefix_cache_hit_wrapper(self, request):
+    """ATOM's class-level wrapper of Scheduler._get_local_prefix_cache_hit takes (self, request) and calls the
+    original with those two only."""
     ...
 
 
