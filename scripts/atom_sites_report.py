@@ -81,6 +81,7 @@ def installed_release():
 
 def _static_check(release, ours, patch) -> Optional[str]:
     """Why the loader would refuse the patch, judged from the source (None: nothing found)."""
+    from vllm_patchkit.declaration.kinds import traits
     from vllm_patchkit.declaration.vocabulary import Kind
     from vllm_patchkit.upstream.missing import Missing
 
@@ -101,7 +102,8 @@ def _static_check(release, ours, patch) -> Optional[str]:
         if held.where != target.where:
             return f"copy: declared copy {spec} holds {held.where}, not {target.where}"
     for spec in list(patch.uses) + ([patch.value_from] if patch.value_from else []):
-        if isinstance(release.resolve(spec), Missing):
+        where = release if spec.startswith("vllm") else ours  # a value_from of our own (a stand-in) is ours
+        if isinstance(where.resolve(spec), Missing):
             return f"uses: {spec} is not found"
     if patch.kind is Kind.replace:
         impl = release.resolve(patch.implementation)
@@ -109,7 +111,7 @@ def _static_check(release, ours, patch) -> Optional[str]:
             return f"implementation: {patch.implementation} is not a function here"
         if impl.fingerprint().signature != target.fingerprint().signature:
             return f"convention: {patch.implementation} does not take the target's signature"
-    if patch.kind is Kind.subclass:
+    if traits(patch).judges_overrides:  # subclass and hook: each override against the base's
         impl = ours.resolve(patch.implementation)
         if isinstance(impl, Missing) or impl.kind != "class":
             return f"implementation: {patch.implementation} is not a class in this repository"

@@ -32,7 +32,7 @@ class _Strict(BaseModel):
 class Declaration(_Strict):
     """The Patch fields that state one place in our schema (the rest is boilerplate, filled below)."""
 
-    kind: Literal["wrap", "replace", "set", "env_default", "refuse", "subclass"]
+    kind: Literal["wrap", "replace", "set", "register", "env_default", "refuse", "subclass", "hook"]
     target: Optional[str] = Field(default=None, pattern=TARGET)
     copies: list[str] = Field(default_factory=list)
     uses: list[str] = Field(default_factory=list)
@@ -43,7 +43,8 @@ class Declaration(_Strict):
     reimplements: Optional[list[str]] = None  # [] : a replace that calls the original (copies nothing)
     copied_part: dict[str, list[str]] = Field(default_factory=dict)  # the statements of a body it copies (a part)
     instances: bool = False
-    adds: bool = False  # kind set of a name the plugin adds to a vLLM class (pinned absent)
+    adds: bool = False  # kind set of a name the plugin adds to a vLLM class (pinned absent); register: a new key
+    entry: Optional[str] = None  # kind register: the key the plugin sets in the mapping
     value: Any = None
     value_from: Optional[str] = Field(default=None, pattern=TARGET)
     env_default: Optional[EnvDefault] = None

@@ -73,3 +73,23 @@ def post_load_hook(wrapped, instance, args, kwargs, ctx):
     """ATOM's process_weights_after_loading wrappers (register.py, model_wrapper.py) give act_dtype a default and
     pass it on to the original: they read act_dtype (`params: [act_dtype]`)."""
     return wrapped(ctx.arg("act_dtype"))
+
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1  # noqa: E402
+from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase  # noqa: E402
+
+
+class AtomLMCacheOffloadConnectorStandIn(KVConnectorBase_V1):
+    """ATOM's offload connector (registered with KVConnectorFactory.register_connector): the two hooks the catalogue
+    names, with the base's signatures, as ATOM's class overrides them (declared `kind: hook`)."""
+
+    def handle_preemptions(self, kv_connector_metadata):
+        return None
+
+    def get_block_ids_with_load_errors(self):
+        return set()
+
+
+class Glm5NextConvertorStandIn(ModelArchConfigConvertorBase):
+    """ATOM's GLM-5.3 convertors, registered as MODEL_ARCH_CONFIG_CONVERTORS['glm5_next'] / ['glm5_next_mtp']
+    (declared `kind: register`): the class only; its overrides are ATOM's business, not vLLM's."""
