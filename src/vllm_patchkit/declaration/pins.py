@@ -21,6 +21,8 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
     wrappers: list[str] = field(default_factory=list)
     value_digest: Optional[str] = None
     part_digest: Optional[str] = None
+    call_positional: Optional[int] = None
+    call_keywords: Optional[list[str]] = None
     entry_present: Optional[bool] = None
 
 

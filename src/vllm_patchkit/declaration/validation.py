@@ -304,6 +304,14 @@ class Fingerprint(Strict):
         default=None,
         description="digest of the statements the patch's `copied_part` names in this body (normalised AST)",
     )
+    call_positional: Optional[int] = Field(
+        default=None,
+        description="a replaced target or an overridden base method: the most positional arguments any call vLLM's "
+                    "source makes to it passes (a bound self/cls not counted), read by name (`tools/static_calls.py`); "
+                    "absent: not read (a call spreads *args/**kwargs, the name escapes as a value), and every call "
+                    "its signature admits is judged")
+    call_keywords: Optional[list[str]] = Field(
+        default=None, description="with `call_positional`: every keyword those calls pass")
     entry_present: Optional[bool] = Field(
         default=None,
         description="kind register: whether vLLM itself registers the patch's `entry` in the mapping at this place "

@@ -165,6 +165,8 @@ class Decider:
                 return Deferred(module, f"its target module {module} is not imported")
         # a `uses` place whose module vLLM has not imported is verified when it is, never imported here for it
         later = frozenset(s for s in patch.uses if self.lazy and Target.parse(s).module not in sys.modules)
+        if self.pins_of is not None:  # another release's calls say nothing of this one's: every call is judged
+            entry = nearest.without_calls(entry)
         result = verify(patch, entry, self.pinned_by, later)
         if not isinstance(result, Finding):
             result = kind.choose(patch, result, vllm_config)

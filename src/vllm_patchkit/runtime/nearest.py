@@ -29,3 +29,13 @@ def judged(finding: Finding, pins_of: str, running: str) -> Finding:
     """A difference found against the nearest release's pins, saying whose pins they are."""
     return msgspec.structs.replace(finding, reason=f"{finding.reason} (judged against the pins of {pins_of}, the "
                                                    f"nearest pinned release: no manifest pins vLLM {running})")
+
+
+def without_calls(entry):
+    """The entry with no pinned facts of vLLM's calls (`call_positional`, `call_keywords`): read from the nearest
+    release's source, they say nothing of the calls this one makes, which no live fingerprint shows; so every call
+    the pinned signature admits is judged here, as a manifest without them would have it."""
+    if entry is None or not any(p.call_positional is not None for p in entry.targets.values()):
+        return entry
+    targets = {k: msgspec.structs.replace(p, call_positional=None, call_keywords=None) for k, p in entry.targets.items()}
+    return msgspec.structs.replace(entry, targets=targets)

@@ -129,7 +129,7 @@ def _override_problem(patch: Patch, impl: type, own: list[type], name: str, pin)
                                       "vLLM's calls bind differently", pin.kind, kind)
     func = function_of(raw)
     found = convention.problems(func, pin.signature, shape="replace", name=f"{spec_of(definer)}.{name}",
-                                target_kind=pin.kind)
+                                target_kind=pin.kind, calls=convention.pinned_calls(pin))
     if found and name == "__init__":
         judged = judge_constructor(patch, func)
         if judged is not None:

@@ -314,7 +314,7 @@ class _Steps:
             return None
         found = convention.problems(impl, self.pin.signature, shape=traits(patch).call_shape,
                                     name=patch.implementation, target_kind=self.pin.kind,
-                                    params=patch.params, patch=patch.key)
+                                    params=patch.params, patch=patch.key, calls=convention.pinned_calls(self.pin))
         if found:
             return Finding("convention", convention.reason(found), self.pin.signature, convention.signature_text(impl))
         return None

@@ -78,6 +78,8 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             got = release.lookup(got.inherited_from, with_digest)
         if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
             got = confirm_moves(release, pinned_on, spec, pin, got)
+        if isinstance(got, Fingerprint) and _called_by_vllm(patch, spec):
+            got = with_calls(release, spec, got)
         if spec in patch.copied_part and isinstance(got, Fingerprint):
             got, gone = _with_part(release, patch, spec, got, pin)
             out.extend(gone)
@@ -123,6 +125,20 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
     return found, [_judged_part(patch, b, pins, found) for b in judge_all(patch, out)]
+
+
+def _called_by_vllm(patch: Patch, spec: str) -> bool:
+    """A place vLLM calls the implementation at: a replace's target, a subclass's or hook's overridden method."""
+    return ((traits(patch).stands_in and spec == patch.target) or
+            (traits(patch).judges_overrides and spec in {f"{patch.target}.{m}" for m in patch.overrides}))
+
+
+def with_calls(release: Release, spec: str, got: Fingerprint) -> Fingerprint:
+    """`got` with what vLLM's calls to `spec` pass (`static_calls.py`), when that can be read."""
+    facts = release.calls(spec)
+    if facts is None:
+        return got
+    return msgspec.structs.replace(got, call_positional=facts.positional, call_keywords=list(facts.keywords))
 
 
 def _with_part(release: Release, patch: Patch, spec: str, got: Fingerprint,
@@ -306,7 +322,7 @@ def _override_conventions(patch: Patch, found_so_far: dict, release: Release) ->
         if sig is None:
             continue
         found = convention.problems(sig, pin.signature, shape="replace", name=f"{patch.implementation}.{name}",
-                                    target_kind=pin.kind)
+                                    target_kind=pin.kind, calls=convention.pinned_calls(pin))
         if found:
             out.append(Breakage(BreakageKind.convention_mismatch, patch.key, spec, new="convention",
                                 detail=f"override of {spec}: {convention.reason(found)}"))
@@ -320,7 +336,8 @@ def _convention(patch: Patch, target: Fingerprint, impl_here: bool = True) -> li
     from vllm_patchkit.upstream import convention
 
     out = []
-    for p in convention.problems_for(patch, target.signature, target_kind=target.kind):  # read statically
+    for p in convention.problems_for(patch, target.signature, target_kind=target.kind,
+                                     calls=convention.pinned_calls(target)):  # read statically
         if p.code == "implementation_missing" and not impl_here:
             continue  # a loose folder of patches, not installed here: the module may well be where it serves
         kind = (BreakageKind.implementation_unimportable if p.code in ("implementation_missing", "implementation")

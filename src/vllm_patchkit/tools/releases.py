@@ -19,6 +19,7 @@ from vllm_patchkit.upstream.entries import Presence, static_presence
 from vllm_patchkit.upstream.missing import Missing
 from vllm_patchkit.tools.static import StaticRelease
 from vllm_patchkit.upstream.static_source import DirSource
+from vllm_patchkit.tools.static_calls import CallFacts, call_facts
 from vllm_patchkit.tools.static_copies import holders
 from vllm_patchkit.upstream.import_order import order_of
 from vllm_patchkit.upstream.installed import installed_root, installed_version
@@ -46,6 +47,8 @@ class Release(Protocol):
     def runs_before_plugins(self, module: str) -> bool: ...
 
     def entry(self, spec: str, key: str) -> Presence: ...
+
+    def calls(self, spec: str) -> Optional[CallFacts]: ...
 
 
 class LiveRelease:
@@ -114,6 +117,10 @@ class LiveRelease:
         """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
         return order_of(self.static()).may_run_before_plugins(module)
 
+    def calls(self, spec: str) -> Optional[CallFacts]:
+        """What vLLM's calls to `spec` pass, read from the installed tree's source (`static_calls.py`)."""
+        return call_facts(self.static(), spec)
+
     def entry(self, spec: str, key: str) -> Presence:
         """Whether the mapping at `spec` has `key` in this process, as the loader reads it."""
         from collections.abc import Mapping
@@ -169,6 +176,10 @@ class StaticView:
     def runs_before_plugins(self, module: str) -> bool:
         """May `module` execute before the plugins load in some role (`upstream/import_order.py`)?"""
         return order_of(self.release).may_run_before_plugins(module)
+
+    def calls(self, spec: str) -> Optional[CallFacts]:
+        """What vLLM's calls to `spec` pass (`static_calls.py`)."""
+        return call_facts(self.release, spec)
 
     def entry(self, spec: str, key: str) -> Presence:
         """Whether the mapping at `spec` has `key`, read from its literal and its module's statements

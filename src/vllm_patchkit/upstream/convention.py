@@ -23,6 +23,7 @@ import inspect
 from typing import Any, Optional, Union
 
 from vllm_patchkit.declaration.kinds import traits
+from vllm_patchkit.upstream.call_facts import pinned_calls  # noqa: F401 (re-exported: callers name it here)
 from vllm_patchkit.upstream.findings import Finding
 
 POSONLY, POSKW, VARPOS, KWONLY, VARKW = (
@@ -126,7 +127,7 @@ def _wrap_problems(who: str, sig: inspect.Signature, target_signature: str, para
 
 def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, shape: str = "wrap",
              name: Optional[str] = None, target_kind: Optional[str] = None, params: Union[tuple, list] = (),
-             patch: Optional[str] = None) -> list[Finding]:
+             patch: Optional[str] = None, calls: Optional[tuple] = None) -> list[Finding]:
     """Every way the implementation would reject (or misbind) a call the target accepts.
 
     `impl`: the implementation callable, or its `inspect.Signature`; `shape`: its kind's call shape
@@ -134,8 +135,10 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, shap
     (impl(*args, **kwargs)); `name`: how
     messages name it (`module:qualname`); `target_kind`: the pinned kind ("method"/"classmethod": the
     first parameter is bound by Python, never passed by keyword); `params`: a wrap's declared parameters,
-    `patch`: its key (messages name it). An empty list: it fits. A signature that cannot be read or
-    parsed is not judged (empty list).
+    `patch`: its key (messages name it); `calls` (a replace): (the most positional arguments, the keywords)
+    vLLM's calls to the target pass, as pinned (`tools/static_calls.py`): a call the target admits but vLLM never
+    makes is not held against the implementation; None: every call the signature admits is judged. An empty
+    list: it fits. A signature that cannot be read or parsed is not judged (empty list).
     """
     if not target_signature:
         return []
@@ -151,7 +154,12 @@ def problems(impl: Union[Any, inspect.Signature], target_signature: str, *, shap
     target = _signatures().parse_signature(target_signature)
     if target is None:
         return []
-    return _compare(who, target, _params(sig), target_kind)
+    found = _compare(who, target, _params(sig), target_kind)
+    if calls is None:
+        return found
+    from vllm_patchkit.upstream.call_facts import never_called
+
+    return [f for f in found if not never_called(f, target, calls, target_kind)]
 
 
 def _compare(who: str, target: list, impl: list, target_kind: Optional[str]) -> list[Finding]:
@@ -341,7 +349,8 @@ class _Binding:
                      f"arguments in *{self.t_var.name}: vLLM's extra positional argument binds to '{q.name}'")
 
 
-def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None) -> list[Finding]:
+def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Optional[str] = None,
+                 calls: Optional[tuple] = None) -> list[Finding]:
     """The convention problems of a patch's implementation against its target's signature (for `check`, `pin`).
 
     Empty for a patch with no implementation (a verbatim passthrough), a kind other than wrap/replace,
@@ -366,7 +375,7 @@ def problems_for(patch: Any, target_signature: Optional[str], *, target_kind: Op
     if sig is None:
         return []
     return problems(sig, target_signature, shape=traits(patch).call_shape, name=patch.implementation,
-                    target_kind=target_kind, params=patch.params, patch=patch.key)
+                    target_kind=target_kind, params=patch.params, patch=patch.key, calls=calls)
 
 
 def reason(found: list[Finding]) -> str:
