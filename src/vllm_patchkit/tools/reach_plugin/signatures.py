@@ -4,7 +4,8 @@ A function or method: its pinned-style signature (`StaticRelease.lookup`, throug
 class: its `__init__` (the class's or a base's in the release), else, for a dataclass, a NamedTuple, a pydantic
 model or a msgspec Struct, the constructor its fields make: fields in base-first order, a field with a value
 defaulted, `ClassVar`s and `field(init=False)` left out, a field annotated under an `if` read from the branch that runs, keyword-only when the decorator or the base says
-`kw_only=True` (a pydantic model: always). The call is bound with `inspect.Signature.bind` on that signature
+`kw_only=True` (a pydantic model: always), a TypedDict's key optional as Python makes it (`NotRequired[...]`, a
+`total=False` class's own keys unless `Required[...]`; an inherited key as its base declared it). The call is bound with `inspect.Signature.bind` on that signature
 (`sigdiff.parse_signature` reads it), so the verdict is Python's own.
 """
 
@@ -67,9 +68,11 @@ def fields_signature(chain) -> str:
     """The constructor a fielded class's fields make, as signature text `(a, b=..., *, c=...)`."""
     positional, keyword = [], []
     seen: set[str] = set()
+    keyed = any(_typed_dict(n) for _, n in chain)
     for _, node in reversed(chain):
         kw_class = _kw_only(node)
         after_marker = False
+        total = _total(node)
         for st in _body_run(node.body):
             if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
                 continue
@@ -86,6 +89,9 @@ def fields_signature(chain) -> str:
                     continue
                 defaulted = bool({"default", "default_factory"} & set(kws)) or bool(value.args)
                 kw = kw_class or after_marker or (isinstance(kws.get("kw_only"), ast.Constant) and kws["kw_only"].value)
+            elif keyed:  # a TypedDict's key: no value, required or not by its class's totality and qualifier
+                qualifier = _qualifier(st.annotation)
+                defaulted, kw = qualifier == "NotRequired" or (qualifier is None and not total), kw_class
             else:
                 defaulted, kw = value is not None, kw_class or after_marker
             text = f"{name}=..." if defaulted else name
@@ -112,6 +118,39 @@ def _body_run(body: list) -> list:
         else:
             out.append(st)
     return out
+
+
+def _typed_dict(node: ast.ClassDef) -> bool:
+    return "TypedDict" in {(dotted(b) or "").rpartition(".")[2] for b in node.bases}
+
+
+def _total(node: ast.ClassDef) -> bool:
+    """A TypedDict class's `total=` (its own keys only: a base's keep the totality the base declared)."""
+    for k in node.keywords:
+        if k.arg == "total" and isinstance(k.value, ast.Constant):
+            return bool(k.value.value)
+    return True
+
+
+def _qualifier(ann: Optional[ast.expr], depth: int = 0) -> Optional[str]:
+    """`Required` / `NotRequired` when a TypedDict key's annotation says so: outermost, or inside `Annotated[...]`
+    / `ReadOnly[...]`, or in a quoted annotation."""
+    if depth > 4 or ann is None:
+        return None
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            return _qualifier(ast.parse(ann.value, mode="eval").body, depth + 1)
+        except SyntaxError:
+            return None
+    if not isinstance(ann, ast.Subscript):
+        return None
+    head = (dotted(ann.value) or "").rpartition(".")[2]
+    if head in ("Required", "NotRequired"):
+        return head
+    if head in ("Annotated", "ReadOnly"):
+        inner = ann.slice.elts[0] if isinstance(ann.slice, ast.Tuple) and ann.slice.elts else ann.slice
+        return _qualifier(inner, depth + 1)
+    return None
 
 
 def _kw_only(node: ast.ClassDef) -> bool:

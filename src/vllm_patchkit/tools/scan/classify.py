@@ -20,6 +20,9 @@ SELECTED_BY_FIELD = {
     "XPUWorker": "parallel_config.worker_cls",
 }
 
+#: `value_from` of a class swap whose object the scan cannot name (the loader refuses a placeholder by name).
+CLASS_PLACEHOLDER = "TODO.module:PluginClass"
+
 NOT_YET = "not yet declarable (docs/writing-a-patch.md, 'Not yet declarable')"
 
 
@@ -48,7 +51,27 @@ def _computed_at_run_time(site: Site) -> bool:
     return False
 
 
+def _class_in_place(site: Site, f: dict) -> bool:
+    """A class's place set to a plugin object (a factory function, a subclass built from the original): no `wrap`
+    or `replace` (they install a function; the loader refuses one at a class), a `set` of the place, as a class
+    swap: `value_from` the plugin's importable object, else a placeholder the reviewer fills (the note says why)."""
+    if not f.get("class_object") or f.get("instance"):
+        return False
+    site.declare = "set"
+    built = site.mechanism != "replace" or f.get("calls_original")  # made from the original class at run time
+    site.hints["value_from"] = f.get("impl_spec") if f.get("impl_spec") and not built else CLASS_PLACEHOLDER
+    if built:
+        site.notes.append(f"a class: what the plugin sets there ({site.what}) is made at run time from the "
+                          "original; value_from names a module-level class or function that does the same")
+    elif not f.get("impl_spec"):
+        site.notes.append("a class: the plugin sets an object defined inside a function; value_from names a "
+                          "module-level one")
+    return True
+
+
 def _wrapped(site: Site, f: dict, selected: dict[str, str]) -> None:
+    if _class_in_place(site, f):
+        return
     site.declare = "wrap"
     if f.get("instance"):
         site.hints["instances"] = True
@@ -57,6 +80,8 @@ def _wrapped(site: Site, f: dict, selected: dict[str, str]) -> None:
 
 
 def _replaced(site: Site, f: dict, selected: dict[str, str]) -> None:
+    if _class_in_place(site, f):
+        return
     if f.get("instance"):
         site.declare = "wrap"
         site.hints["instances"] = True
@@ -78,7 +103,7 @@ def _method_on_an_object(site: Site, f: dict, selected: dict[str, str]) -> None:
 def _class_swapped(site: Site, f: dict, selected: dict[str, str]) -> None:
     site.declare = "set"
     impl = f.get("impl_spec")
-    site.hints["value_from"] = impl or "TODO.module:PluginClass"
+    site.hints["value_from"] = impl or CLASS_PLACEHOLDER
 
 
 def _attribute_set(site: Site, f: dict, selected: dict[str, str]) -> Optional[bool]:

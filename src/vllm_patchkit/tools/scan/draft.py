@@ -155,7 +155,8 @@ def build(result: ScanResult, pkg: str) -> list[Draft]:
         if kind is None:
             continue
         target = (site.defined_at if (kind == "subclass" and site.mechanism == "subclass_override")
-                  or site.hints.get("copies") else site.target)  # a by-value holder: at the definition
+                  or site.hints.get("copies") else site.facts.get("class_home") or site.target)
+        # a by-value holder: at the definition; a member of a class another module holds: at the class's module
         if kind == "subclass":
             cls = site.hints.get("implementation") or site.facts.get("cls")
             base = site.target.rsplit(".", 1)[0] if site.mechanism == "subclass_override" and site.target else site.target

@@ -235,7 +235,7 @@ class Scan:
         if site.dotted and site.mechanism != "sys_modules" and not site.dotted.endswith("<dynamic>"):
             site.target = self.up.place(site.dotted)
             site.defined_at = self._defined_at(site.target)
-            declarable.held_by_value(self.up, site)
+            declarable.at_release(self.up, site)
         elif site.dotted:
             site.target = site.dotted
         if site.mechanism == "env":

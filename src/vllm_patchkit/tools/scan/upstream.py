@@ -73,17 +73,26 @@ class Upstream:
 
     def place(self, dotted: str) -> str:
         """`vllm.a.b.C.m` -> `vllm.a.b:C.m`: the longest prefix that is a module of the release (without a
-        release: up to the first capitalised name, else all but the last)."""
+        release: up to the first capitalised name, else all but the last). When that module lacks the lowercase
+        name after it (`vllm.a.gone_mod.C.m`, `gone_mod` a module of another release), the place is read as
+        without a release: `vllm.a.gone_mod:C.m` names the missing module as a module, not as an attribute."""
         parts = dotted.split(".")
         if self.release is not None:
             for i in range(len(parts), 0, -1):
                 if self.is_module(".".join(parts[:i])):
                     rest = parts[i:]
-                    return ".".join(parts[:i]) + (":" + ".".join(rest) if rest else "")
+                    if len(rest) < 2 or not rest[0].islower() or not self._lacks(".".join(parts[:i]), rest[0]):
+                        return ".".join(parts[:i]) + (":" + ".".join(rest) if rest else "")
+                    break
         for i, p in enumerate(parts):
             if p[:1].isupper() and i > 0:
                 return ".".join(parts[:i]) + ":" + ".".join(parts[i:])
         return ".".join(parts[:-1]) + ":" + parts[-1] if len(parts) > 1 else dotted
+
+    def _lacks(self, module: str, name: str) -> bool:
+        """The release's module neither defines nor imports `name` (nor is it inherited or unreadable there)."""
+        d = self.resolve(f"{module}:{name}")
+        return isinstance(d, Missing) and not d.inherited_from and not d.unreadable
 
     def resolve(self, spec: str) -> Optional[Union[Definition, Missing]]:
         if self.release is None or ":" not in spec:
