@@ -6,6 +6,7 @@ a config field passed as a keyword. Calls of the file's own functions and classe
 from __future__ import annotations
 
 import ast
+import re
 
 from vllm_patchkit.tools.scan.assignments import CONFIG_FIELDS, AssignmentSites
 from vllm_patchkit.tools.scan.call_hints import CallHints
@@ -34,6 +35,7 @@ class CallSites:
         self.refs = refs
         self.hints = hints
         self.assigns = assigns
+        self._decorating: set[int] = set()  # decorator calls: their registration is the decorator's site
 
     def call(self, node: ast.Call) -> None:
         f = self.refs.resolve(node.func)
@@ -104,8 +106,8 @@ class CallSites:
             if (leaf == "patch" and "mock" in fname) and node.args and is_vllm(_const_str(node.args[0])):
                 self.ctx.add("setattr", node, _const_str(node.args[0]), _short(node), value_kind="object")
                 return
-        if f is not None and f[0] == "vllm":
-            if leaf in REGISTRY_CALLS or (leaf.startswith("register") and _owner_is_registry(fname)):
+        if f is not None and f[0] == "vllm" and id(node) not in self._decorating:
+            if leaf in REGISTRY_CALLS or _registers(fname, leaf):
                 self.ctx.add("registry", node, fname, _short(node), names=[_short(a) for a in node.args[:2]])
 
     def _loop_names(self, e: ast.AST) -> list[str]:
@@ -142,8 +144,19 @@ class CallSites:
             self._wrapt(owner, call.args)
             return
         if f is not None and f[0] == "vllm" and (leaf in REGISTRY_CALLS or leaf.startswith("register")):
-            self.ctx.add("registry", owner, fname, f"@{_short(d)} on {getattr(owner, 'name', '?')}",
+            if call is not None:
+                self._decorating.add(id(call))  # one registration, one site (the decorator's line)
+            self.ctx.add("registry", d, fname, f"@{_short(d)} on {getattr(owner, 'name', '?')}",
                      names=[_short(a) for a in (call.args[:2] if call is not None else [])])
+
+
+def _registers(fname: str, leaf: str) -> bool:
+    """A vLLM callable named for registering (`register` as a word of its name: `register_model_loader`,
+    `direct_register_custom_op`, not `unregister`): a method of a registry-like class, or a module function."""
+    if not re.search(r"(?:^|_)register(?:_|$)", leaf):
+        return False
+    owner = fname.split(".")[-2] if "." in fname else ""
+    return _owner_is_registry(fname) or owner[:1].islower()
 
 
 def _owner_is_registry(fname: str) -> bool:

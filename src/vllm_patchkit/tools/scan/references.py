@@ -111,6 +111,10 @@ class References:
                     if isinstance(t, ast.Name):
                         out[t.id] = ("expr", node.value, len(self.ctx.scopes))
                         assigns.setdefault(t.id, []).append(node.value)
+                    elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, ast.Call):
+                        for i, el in enumerate(t.elts):  # `A, B = helper()`: the i-th of what helper returns
+                            if isinstance(el, ast.Name):
+                                out[el.id] = ("unpack", node.value, i, len(self.ctx.scopes))
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 out[node.target.id] = ("expr", node.value, len(self.ctx.scopes)) if node.value is not None else (
                     "annot", node.annotation)
@@ -215,6 +219,31 @@ class References:
             s = r[1] if r is not None and r[0] == "lit" and isinstance(r[1], str) else None
         return s
 
+    def _unpacked(self, call: ast.Call, i: int, level: int, depth: int) -> Optional[tuple]:
+        """The i-th name a plugin function returns as a tuple (`return ReasoningParser, ReasoningParserManager`
+        after importing them in its body), read in that function's scope; None when its returns disagree."""
+        saved = self.ctx.scopes
+        self.ctx.scopes = saved[: level + 1]
+        try:
+            fn = self.resolve(call.func, depth + 1)
+        finally:
+            self.ctx.scopes = saved
+        if fn is None or fn[0] != "func" or len(fn) < 3 or id(call) in self._resolving:
+            return None
+        node = fn[2]
+        rets = [r.value for r in ast.walk(node) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+                and len(r.value.elts) > i]
+        if not rets:
+            return None
+        self._resolving.add(id(call))
+        try:
+            self.ctx.scopes = [saved[0], self.collect(node.body, node.args, node)]
+            got = {self.resolve(r.elts[i], depth + 1) for r in rets}
+        finally:
+            self.ctx.scopes = saved
+            self._resolving.discard(id(call))
+        return got.pop() if len(got) == 1 else None
+
     def callable_ref(self, e: Optional[ast.AST]) -> Optional[tuple]:
         if e is None:
             return None
@@ -255,6 +284,8 @@ class References:
     def _binding(self, b: tuple, level: int, depth: int) -> Optional[tuple]:
         if b[0] in ("vllm", "plugin", "ext", "func", "class", "lit", "inst", "pobj"):
             return b
+        if b[0] == "unpack":
+            return self._unpacked(b[1], b[2], b[3], depth)
         if b[0] == "annot":
             r = self.resolve(_annotation_name(b[1]), depth + 1)
             return ("inst", r[1]) if r is not None and r[0] == "vllm" else None
