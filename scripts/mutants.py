@@ -4,6 +4,7 @@ of vLLM's tree that break the shipped patch set, and stay quiet on the ones that
     python scripts/mutants.py --list                  # the mutants, without running them
     python scripts/mutants.py --jobs 2                # run them all: the table per mutation kind
     python scripts/mutants.py --sample 6 --seed 1     # N mutants spread over the kinds
+    python scripts/mutants.py --only tuple-arity:     # the mutants whose name (KIND:PLACE) holds a substring
     python scripts/mutants.py --json
 
 The base tree is a hard-link copy of the installed vLLM 0.31.0 package (the whole folder, compiled extensions
@@ -871,6 +872,13 @@ def generate(tree_root: Path, touches: Optional[list[Touch]] = None, kinds: Opti
     return out
 
 
+def only(mutants: list[Mutant], substrings: Optional[list[str]]) -> list[Mutant]:
+    """The mutants whose name (`kind:place`) holds one of the substrings (all of them when none is given)."""
+    if not substrings:
+        return mutants
+    return [m for m in mutants if any(s in m.name for s in substrings)]
+
+
 def sample(mutants: list[Mutant], n: int, seed: int) -> list[Mutant]:
     """N mutants spread over the kinds: one per kind in turn (kinds in a seeded order), each kind's drawn at
     random."""
@@ -1097,6 +1105,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the mutants without running them")
     ap.add_argument("--sample", type=int, metavar="N", help="only N mutants, spread over the kinds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", action="append", metavar="SUBSTRING",
+                    help="only the mutants whose name (KIND:PLACE, as --list and the progress lines show it) holds "
+                         "SUBSTRING; repeatable (any of them)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1: the machine is shared)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--results", type=Path, help="also write every outcome (JSON) here")
@@ -1117,7 +1128,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     touches = shipped_set()
     with tempfile.TemporaryDirectory(prefix="patchkit-mutants-") as work:
         work = Path(work)
-        mutants = generate(installed_vllm().parent, touches)  # read only: edits are paths relative to the tree
+        mutants = only(generate(installed_vllm().parent, touches), args.only)  # read only: edits are tree paths
+        if args.only and not mutants:
+            sys.exit(f"mutants: no mutant's name holds any of {args.only} (see --list)")
         if args.sample:
             mutants = sample(mutants, args.sample, args.seed)
         if args.list:
@@ -1128,7 +1141,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"{aims.count('harmless')} harmless-aimed")
             return 0
         base = base_tree(work / "base")
-        verify_base(base, touches)
+        # the base is verified on what the mutants run will ask of it: with --only, the patches they affect
+        verify_base(base, sorted({t.key: t for m in mutants for t in affected(m, touches)}.values(),
+                                 key=lambda t: t.key) if args.only else touches)
         mutants = sample(mutants, len(mutants), args.seed)  # kinds interleaved: a run cut short still covers each
         finished: list[Outcome] = kept_outcomes(args.results, mutants) if args.resume else []
         ran = {f"{o.mutant['kind']}:{o.mutant['place']}" for o in finished}

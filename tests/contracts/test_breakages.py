@@ -240,6 +240,8 @@ def test_every_kind_has_a_case():
         K.unreviewed,  # test_unreviewed.py (drafts, placeholders, stubs)
         K.reach_missing,  # test_reach.py (a copy of vLLM 0.31.0 with one attribute renamed)
         K.name_collision,  # tests/framework/test_added_names.py (set + adds, real EngineCore, the 0.32.0 wheel)
+        K.return_shape_changed,  # test_return_shape.py (a copy of vLLM 0.31.0 with a returned tuple grown)
+        K.entry_collision, K.entry_gone, K.entry_unreadable,  # tests/framework/test_registry_entries.py (register)
     }
     assert covered == set(K)
 

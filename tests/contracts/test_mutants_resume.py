@@ -38,3 +38,16 @@ def test_resume_needs_a_results_file():
 
     with pytest.raises(SystemExit, match="--resume needs --results"):
         mutants.main(["--resume"])
+
+
+def test_only_selects_mutants_by_a_substring_of_their_name():
+    """`--only SUBSTRING` (repeatable) keeps the mutants whose `kind:place` holds any of them, in their order; none
+    given keeps all."""
+    generated = [mutants.Mutant("tuple-arity", "breaking", "m:C.a", ""),
+                 mutants.Mutant("rename-method", "breaking", "m:C.a", ""),
+                 mutants.Mutant("tuple-arity", "breaking", "m:D.b", "")]
+    assert [m.name for m in mutants.only(generated, ["tuple-arity:"])] == ["tuple-arity:m:C.a", "tuple-arity:m:D.b"]
+    assert [m.name for m in mutants.only(generated, ["D.b", "rename-"])] == ["rename-method:m:C.a",
+                                                                           "tuple-arity:m:D.b"]
+    assert mutants.only(generated, None) == generated
+    assert mutants.only(generated, ["no-such-kind:"]) == []  # main stops there: "no mutant's name holds ..."

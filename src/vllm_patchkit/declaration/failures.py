@@ -118,7 +118,8 @@ ROWS: tuple[FailureRow, ...] = (
                "version that fits vLLM {v} and pin it", True),
     FailureRow(C.unpinned, (FAILED,), "the manifest has no fingerprint for a place the patch needs",
                "the manifest for vLLM {v} has no pin for it: `vllm-patchkit pin --vllm {v}`, review, commit", True),
-    FailureRow(C.fingerprint, (FAILED,), "the target's kind, signature, source or value differs from its pin",
+    FailureRow(C.fingerprint, (FAILED,), "the target's kind, signature, source or value differs from its pin, "
+               "or its return shape does in a way the patch depends on",
                "the vLLM installed here differs from the one its manifest pinned: `vllm-patchkit check --live` "
                "shows the difference as the loader sees it; if this vLLM is the one to serve, adapt the patch "
                "(a new version if the change is breaking) and re-pin it (`vllm-patchkit pin --vllm {v}`)", True),

@@ -17,6 +17,7 @@ class Fingerprint(Declared, frozen=True, kw_only=True):
 
     kind: Literal["function", "method", "staticmethod", "classmethod", "class", "attribute", "absent", "instance_attribute"]
     signature: Optional[str] = None
+    return_shape: Optional[str] = None
     source_digest: Optional[str] = None
     wrappers: list[str] = field(default_factory=list)
     value_digest: Optional[str] = None

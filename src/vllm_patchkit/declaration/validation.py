@@ -291,6 +291,12 @@ class Fingerprint(Strict):
                     "`inherited_from`; with `adds`, nor any base); `instance_attribute`: no class attribute, but the class's methods (or its "
                     "bases' in the release) assign `self.attr` (a set with `instances: true`)")
     signature: Optional[str] = None
+    return_shape: Optional[Annotated[str, Field(pattern=r"^tuple\[[0-9]+\]$")]] = Field(
+        default=None,
+        description="what a call returns, read from the def's own `return` statements: `tuple[N]` when every one "
+                    "returns a tuple literal of N elements (and the body cannot end without one); absent: not read "
+                    "(another value, tuples of several lengths, a generator), never guessed",
+    )
     source_digest: Optional[str] = None
     wrappers: list[str] = Field(
         default_factory=list, description="upstream decorator layers (`__wrapped__`) above the function"

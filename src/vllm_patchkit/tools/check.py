@@ -36,6 +36,7 @@ from packaging.version import Version
 from vllm_patchkit.declaration.names import PatchKey
 from vllm_patchkit.reporting.terminal_text import printable
 from vllm_patchkit.tools import live, reach_check, unreviewed
+from vllm_patchkit.upstream.compat import JUDGED_AT_START_UP
 from vllm_patchkit.upstream.findings import Breakage, BreakageKind, ProbeAnswer
 from vllm_patchkit.declaration.patchsets import PatchSet
 from vllm_patchkit.tools.baseline import Baseline, exact, older_entry, pinned_release, with_source_diffs
@@ -186,9 +187,12 @@ def _compare_entry(release, patch_set, base: Baseline, newest: Patch) -> PatchRe
         status = PatchStatus.broken
     elif breakages:
         own = Version(base.vllm) == Version(release.version() or "0")
-        status = PatchStatus.stale if own else PatchStatus.compatible
+        stale = own and any(b.kind not in JUDGED_AT_START_UP for b in breakages)  # the loader refuses those
+        status = PatchStatus.stale if stale else PatchStatus.compatible
         note = note or ("pins differ from the release by changes this patch survives: re-run `vllm-patchkit pin`"
-                        if own else "changes this patch survives: `vllm-patchkit pin` carries it forward")
+                        if stale else "changes this patch survives (the loader judges them and applies it): "
+                        "re-run `vllm-patchkit pin` to record them" if own
+                        else "changes this patch survives: `vllm-patchkit pin` carries it forward")
     else:
         status = PatchStatus.ok
     return PatchResult(patch.key, status, breakages, pins_from=base.vllm, note=note)

@@ -46,7 +46,8 @@ from vllm_patchkit.upstream.files import ensure_dir, trusted_folder, uid
 log = logging.getLogger("vllm.patchkit")
 
 CACHE_DIR_ENV = "VLLM_PATCHKIT_CACHE_DIR"
-FORMAT = 4  # bump when what an entry holds changes shape (1: pickled patch sets, unframed JSON; 2: no env inputs; 3: no reach)
+FORMAT = 5  # bump when what an entry holds changes shape (1: pickled patch sets, unframed JSON; 2: no env inputs; 3: no reach;
+            # 4: fingerprints without their return shape)
 MAX_BYTES = 16 << 20  # an entry larger than this is not read (the patch sets of this repository: ~70 kB)
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)

@@ -22,6 +22,11 @@ source a `replace` copies, to a `set`'s value; a signature change under a
 see below for one that can), and under `refuse`/`env_default`
 (they steer the target's behaviour: a person re-reads it).
 
+A changed return shape (`return_shape_changed`: the pinned `tuple[N]` of a function whose every `return` is a
+tuple literal) breaks a patch that depends on it — a `replace`, a wrap whose implementation unpacks or indexes
+what the wrapped call returns, an implementation that unpacks the result of a `uses:` entry — and no verbatim
+passthrough, nor a wrap that returns the result as it is: `compat_shape.py`.
+
 An override (kind `subclass`) and a proxy (a `replace` whose implementation
 forwards what it does not name through `*args`/`**kwargs`) are called by vLLM
 in the target's place, so **their own signature decides**, read from their
@@ -60,6 +65,10 @@ SIGNATURE = frozenset({
     K.parameter_moved, K.positional_shift, K.parameter_kind_changed, K.parameter_now_required,
     K.parameter_now_optional, K.default_changed,
 })
+
+#: differences the loader judges rather than compares exactly (`pinned.compare`): one the patch survives is applied
+#: at start-up, so against the release's own manifest it is compatible, never a stale pin
+JUDGED_AT_START_UP = frozenset({K.return_shape_changed})
 
 _ALWAYS = {
     K.target_removed: "the place the patch is installed at is gone",
@@ -207,6 +216,10 @@ def _override_rule(patch: Patch, b: Breakage, who: str, d) -> tuple[bool, str]:
 
 
 def _rule(patch: Patch, b: Breakage) -> tuple[bool, str]:
+    if b.kind is K.return_shape_changed:  # what the patch does with the result decides (compat_shape.py)
+        from vllm_patchkit.upstream import compat_shape
+
+        return compat_shape.judge(patch, b, _override_name(patch, b))
     if b.kind is K.target_inherited or (b.kind in SIGNATURE and b.target not in patch.uses):
         stand_in = _stand_in_for(patch, b)
         if isinstance(stand_in, tuple):

@@ -15,6 +15,7 @@ from msgspec import Struct, field
 
 from vllm_patchkit.declaration.failures import FailureCode
 from vllm_patchkit.declaration.names import Target
+from vllm_patchkit.upstream.return_shape import arity
 
 
 class ProbeAnswer(NamedTuple):
@@ -46,6 +47,7 @@ class BreakageKind(str, Enum):
     default_changed = "default_changed"
     signature_changed = "signature_changed"
     source_changed = "source_changed"
+    return_shape_changed = "return_shape_changed"
     wrappers_changed = "wrappers_changed"
     copy_gone = "copy_gone"
     copy_differs = "copy_differs"
@@ -96,6 +98,7 @@ LOADER_CODES: dict[BreakageKind, Optional[FailureCode]] = {
     BreakageKind.default_changed: FailureCode.fingerprint,
     BreakageKind.signature_changed: FailureCode.fingerprint,
     BreakageKind.source_changed: FailureCode.fingerprint,
+    BreakageKind.return_shape_changed: FailureCode.fingerprint,  # only when breaking for the patch (pinned.py)
     BreakageKind.value_changed: FailureCode.fingerprint,
     BreakageKind.wrappers_changed: FailureCode.conflict,
     BreakageKind.copy_gone: FailureCode.copy,
@@ -155,6 +158,15 @@ def _explain_inherited(b: "Breakage") -> str:
             f"shadowing {base} for {owner} alone; a patch on {base} alters every class inheriting it")
 
 
+def _explain_shape(b: "Breakage") -> str:
+    """`old`: the pinned `tuple[N]`; `new`: the release's, or None when its source no longer says one."""
+    was = f"a tuple of {arity(b.old)} ({b.old})"
+    if b.new is None:
+        return (f"return shape changed: it returned {was}; its returns no longer read as one tuple literal length, "
+                "so what a call returns now is not known")
+    return f"return shape changed: it returned {was}, now a tuple of {arity(b.new)} ({b.new})"
+
+
 def _explain_collision(b: "Breakage") -> str:
     """`target`: the `module:Class.name` the patch adds; `new`: where the release defines that name (the class
     itself or the base the MRO finds it in); `detail`: the release."""
@@ -205,6 +217,7 @@ _EXPLAIN = {
     BreakageKind.signature_changed: lambda b: f"signature changed: {b.old} -> {b.new}",
     BreakageKind.source_changed:
         lambda b: f"source changed ({b.old} -> {b.new}): the code the patch copies from upstream must be re-synced",
+    BreakageKind.return_shape_changed: lambda b: _explain_shape(b),
     BreakageKind.wrappers_changed: lambda b: f"decorator layers changed: {b.old} -> {b.new}",
     BreakageKind.copy_gone: lambda b: f"copy location gone: {b.detail}",
     BreakageKind.copy_differs:

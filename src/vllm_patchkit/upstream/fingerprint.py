@@ -1,4 +1,4 @@
-"""Live fingerprints: the signature (and source digest) of an upstream target as it is imported now.
+"""Live fingerprints: the signature, return shape (and source digest) of an upstream target as it is imported now.
 
 Why: the loader compares what vLLM holds in this process with the pin. The def is found from the live object
 (our own wrappers and staticmethod/classmethod looked through) and its source parsed, then rendered by the
@@ -103,7 +103,7 @@ def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: 
     if key is not None:
         hit = _cached_fingerprints().get(key)
         if hit is not None:
-            return _built(kind=kind, signature=hit[0], source_digest=hit[1])
+            return _built(kind=kind, signature=hit[0], source_digest=hit[1], return_shape=hit[2])
     node = _parse_def(func)
     if node is not None:
         fp = from_def(node, kind, with_digest)
@@ -115,9 +115,10 @@ def live(raw: Any, owner_is_class: bool, with_digest: bool = False, with_value: 
 
 # -- the live-fingerprint cache (cache.py) ----------------------------------------------------------
 # Parsing a target's source costs 1-20 ms (a class, or a function in a big module); the result depends only
-# on the file's text, so it is kept per (file, size, mtime_ns, inode, qualname, line, kind, digest or not). The
-# file as a whole carries the digest of its content (cache.py): an entry edited in place (a pinned signature
-# put where the live one differs) fails it, and every fingerprint is then computed from the source again.
+# on the file's text, so it is kept, as [signature, source digest, return shape], per (file, size, mtime_ns,
+# inode, qualname, line, kind, digest or not). The file as a whole carries the digest of its content (cache.py):
+# an entry edited in place (a pinned signature put where the live one differs) fails it, and every fingerprint
+# is then computed from the source again.
 _FP_CACHE_NAME = "fingerprints.json"
 _fp_cache: Optional[dict] = None
 
@@ -145,7 +146,7 @@ def _cache_key(func: Any, kind: str, with_digest: bool) -> Optional[str]:
 def _entries(body: Any) -> Optional[dict]:
     entries = body.get("entries") if isinstance(body, dict) else None
     if not isinstance(entries, dict) or not all(
-            isinstance(v, list) and len(v) == 2 and all(x is None or isinstance(x, str) for x in v)
+            isinstance(v, list) and len(v) == 3 and all(x is None or isinstance(x, str) for x in v)
             for v in entries.values()):
         return None
     return entries
@@ -159,7 +160,8 @@ def _cached_fingerprints() -> dict:
         body = cache.read(_FP_CACHE_NAME)  # a tampered or foreign file: None, said in the record, recomputed
         entries = _entries(body) if body is not None else {}
         if entries is None:
-            cache.rebuilt(_FP_CACHE_NAME, "its entries are not [signature, digest] pairs", cache.TAMPERED)
+            cache.rebuilt(_FP_CACHE_NAME, "its entries are not [signature, digest, return shape] triples",
+                          cache.TAMPERED)
             entries = {}
         _fp_cache = entries
     return _fp_cache
@@ -170,11 +172,15 @@ def _remember(key: str, fp: Fingerprint) -> None:
     from vllm_patchkit.upstream import cache
 
     entries = _cached_fingerprints()
-    entries[key] = [fp.signature, fp.source_digest]
+    entries[key] = _entry(fp)
     on_disk = _entries(cache.read_entry(_FP_CACHE_NAME)[0])  # keep what other processes added meanwhile
     if on_disk:
         on_disk.update(entries)
         entries = on_disk
     if len(entries) > 4096:  # stale keys of older releases: start over rather than grow without bound
-        entries = {key: [fp.signature, fp.source_digest]}
+        entries = {key: _entry(fp)}
     cache.write(_FP_CACHE_NAME, {"entries": entries})
+
+
+def _entry(fp: Fingerprint) -> list:
+    return [fp.signature, fp.source_digest, fp.return_shape]

@@ -225,6 +225,11 @@ def _find(module: str, name: str, depth: int = 0) -> ImplDef:
     return ImplDef(f"{module}:{name}", str(file), kind, binding, bases)
 
 
+def module_tree(module: str) -> tuple[Path, ast.Module]:
+    """The implementation module's file and its parse (read once per file version, never imported)."""
+    return _parse(module)
+
+
 def read(place: str) -> ImplDef:
     """The definition `module:Qualname` names (a function, a class, a method of a class)."""
     try:
@@ -321,4 +326,4 @@ def clear_cache() -> None:
     _PARSED.clear()
 
 
-__all__ = ["ImplUnreadable", "locate", "override", "read"]
+__all__ = ["ImplUnreadable", "locate", "module_tree", "override", "read"]

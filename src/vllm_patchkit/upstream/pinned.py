@@ -1,6 +1,11 @@
 """A live place against its pin: the one comparison the loader runs in every process (verify, subclass) and whose
 words `check` and `pin` share (a difference is explained per parameter by sigdiff and judged for the patch by
-compat)."""
+compat).
+
+Kind, signature, source and value are compared exactly: any difference refuses the patch (the implementation's
+convention and `ctx.arg` are judged against the pinned signature). The return shape is judged, not compared: a
+shape the patch survives (it hands the result on untouched) is no mismatch, as `check` calls it compatible, never
+stale; one it depends on refuses it, in the words `check` uses."""
 
 from __future__ import annotations
 
@@ -43,4 +48,22 @@ def compare(spec: str, pin: Fingerprint, live: Fingerprint, value: Any = None,
                 reason = "; ".join(b.explain() for b in found)
             reason = reason or f"{spec}: {name} differs from the pin"
             return Finding("fingerprint", reason, want, got, found)
+    if pin.return_shape is not None and pin.return_shape != live.return_shape:
+        return _shape_changed(spec, pin, live, patch)
     return None
+
+
+def _shape_changed(spec: str, pin: Fingerprint, live: Fingerprint, patch: Optional[Patch]) -> Optional[Finding]:
+    """Only the return shape differs: a finding when it breaks the patch (or no patch is at hand to judge it)."""
+    from vllm_patchkit.upstream.sigdiff import compare as diff_pins
+
+    found = diff_pins(patch.key if patch else "", spec, msgspec.structs.replace(pin, wrappers=[]),
+                      msgspec.structs.replace(live, wrappers=[]))
+    if patch is not None:
+        from vllm_patchkit.upstream.compat import judge_all
+
+        found = judge_all(patch, found)
+        if not any(b.breaking for b in found):
+            return None  # a shape this patch survives: applied, as `check` says compatible
+    reason = "; ".join(f"{b.explain()} ({b.verdict()})" if patch else b.explain() for b in found)
+    return Finding("fingerprint", reason, pin.return_shape, live.return_shape, found)

@@ -149,6 +149,9 @@ def compare(patch: str, target: str, pin: Fingerprint, found: Union[Fingerprint,
             out.extend(diff_signatures(patch, target, pin.signature, found.signature))
     if pin.source_digest is not None and pin.source_digest != found.source_digest:
         out.append(Breakage(BreakageKind.source_changed, patch, target, old=pin.source_digest, new=found.source_digest))
+    if pin.return_shape is not None and pin.return_shape != found.return_shape:  # pinned only where it was read
+        out.append(Breakage(BreakageKind.return_shape_changed, patch, target, old=pin.return_shape,
+                            new=found.return_shape))
     if pin.value_digest is not None and pin.value_digest != found.value_digest:
         out.append(Breakage(BreakageKind.value_changed, patch, target, old=pin.value_digest, new=found.value_digest))
     if list(pin.wrappers) != list(found.wrappers):

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from vllm_patchkit.declaration.names import Target
 from vllm_patchkit.declaration.pins import Fingerprint
+from vllm_patchkit.upstream import return_shape
 
 
 def _default(node: ast.expr) -> str:
@@ -61,9 +62,11 @@ def source_digest(node: ast.AST) -> str:
 
 
 def from_def(node: ast.AST, kind: str, with_digest: bool = False) -> Fingerprint:
-    """Fingerprint of a parsed def (the static path and the live path both end here)."""
+    """Fingerprint of a parsed def (the static path and the live path both end here): its signature, its return
+    shape when the source says it (`return_shape.of_def`), and the source digest when asked."""
     sig = render_arguments(node.args) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-    return Fingerprint(kind=kind, signature=sig, source_digest=source_digest(node) if with_digest else None)
+    return Fingerprint(kind=kind, signature=sig, return_shape=return_shape.of_def(node),
+                       source_digest=source_digest(node) if with_digest else None)
 
 _SCALARS = {type(None): "N", bool: "b", int: "i", float: "f", str: "s", bytes: "y"}
 _MAX_ITEMS = 10_000
