@@ -243,3 +243,21 @@ def test_a_pinned_name_on_a_class_the_release_no_longer_has_is_missing():
     assert [b.target for b in found] == [gone]
     assert "pinned in the manifest entry" in found[0].explain()
     assert reach_live.missing(gone, ReachPin(kind="attribute")) is not None
+
+
+def test_the_v2_override_reaches_into_the_state_the_target_returns(base_tree, tmp_path, capsys):
+    """The V2 override unpacks `state, count = wrapped(...)` and reads `state.decode_graph_eligible`: the target's
+    return annotation (`tuple["BatchReqState | None", int | None]`) types `state`, so the field is pinned, and a
+    tree where BatchReqState's field is renamed (its readers untouched: mutation acceptance's last reach miss) is
+    broken naming it. `_replace` comes from NamedTuple: not followed, never missing."""
+    runner = "vllm/v1/worker/gpu/model_runner.py"
+    text = (base_tree / runner).read_text()
+    assert "    decode_graph_eligible: bool" in text
+    renamed = _variant(base_tree, tmp_path / "t", {runner: text.replace("    decode_graph_eligible: bool",
+                                                                       "    decode_graph_ok: bool", 1)})
+    assert main(["check", "--source", str(renamed), "--vllm", "0.31.0"]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN    batch-dispatch-override-v2@1" in out
+    assert ("[reach_missing] vllm.v1.worker.gpu.model_runner:BatchReqState.decode_graph_eligible: "
+            "batch-dispatch-override-v2@1 reads BatchReqState.decode_graph_eligible") in out
+    assert "_replace" not in out

@@ -63,6 +63,13 @@ class ReleaseTypes:
                 return self.annotation(d.module, a.annotation, "parameter")
         return None
 
+    def returns(self, target: str) -> Optional[Member]:
+        """The class (or fixed tuple of classes) the target's return annotation names."""
+        d = self.r.resolve(target)
+        if isinstance(d, Missing) or not isinstance(d.node, FUNCS) or d.node.returns is None:
+            return None
+        return self.annotation(d.module, d.node.returns, "return")
+
     def module_defines(self, module: str, name: str) -> Optional[str]:
         """`module`, `name` or None (the release has no such module, or the module no such name)."""
         if self.r.module(f"{module}.{name}") is not None:
@@ -80,7 +87,9 @@ class ReleaseTypes:
             inner = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
             if isinstance(node.slice, ast.Tuple) and not (len(node.slice.elts) == 2 and isinstance(
                     node.slice.elts[1], ast.Constant) and node.slice.elts[1].value is Ellipsis):
-                return Member(defined)  # a fixed tuple: its items have classes of their own
+                # a fixed tuple: each position its own class (a class outside vLLM, or none, is None there)
+                elems = tuple(self.annotation(module, e, defined) for e in node.slice.elts)
+                return Member(defined, elems=tuple(None if m.external else m.type for m in elems))
             item = self.annotation(module, inner, defined)
             return Member(defined, item=item.type) if item.type else Member(defined)
         path = dotted(node) if node is not None else None
@@ -157,7 +166,7 @@ class ReleaseTypes:
                 return self._inferred(mod, cls, n, assigned, depth)
         if any(isinstance(b, FUNCS) for _, n in chain for b in [self.r._class_scope(n, "").names.get("__getattr__")]):
             return Member("dynamic")
-        if _outside_bases(self.r, chain):
+        if _outside_bases(self.r, chain) or _base_api(chain, name):
             return Member("outside")
         return None
 
@@ -239,6 +248,29 @@ def _self_annotation(node: ast.ClassDef, name: str) -> Optional[ast.expr]:
                         and isinstance(st.target.value, ast.Name) and st.target.value.id == me):
                     return st.annotation
     return None
+
+
+#: what a fielded base outside vLLM gives every class built on it, by that base's name
+BASE_API = {
+    "NamedTuple": frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults", "count", "index"}),
+    "TypedDict": frozenset({"get", "items", "keys", "values", "setdefault", "pop", "popitem", "update", "copy",
+                            "clear"}),
+}
+_PYDANTIC_V1 = frozenset({"dict", "json", "copy", "parse_obj", "parse_raw", "schema", "schema_json", "construct",
+                          "validate", "update_forward_refs"})
+
+
+def _base_api(chain, name: str) -> bool:
+    """Is `name` given by a fielded base outside vLLM (a NamedTuple's `_replace`, a pydantic model's
+    `model_dump`)? Only those names: a field the class no longer declares is still gone."""
+    for _, n in chain:
+        for b in n.bases:
+            base = (dotted(b.value if isinstance(b, ast.Subscript) else b) or "").rpartition(".")[2]
+            if base == "BaseModel" and (name.startswith("model_") or name in _PYDANTIC_V1):
+                return True
+            if name in BASE_API.get(base, ()):
+                return True
+    return False
 
 
 def _fielded(node: ast.ClassDef) -> bool:

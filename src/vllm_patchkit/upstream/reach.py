@@ -40,6 +40,7 @@ class Member:
     type: Optional[str] = None  # module:Class of the value, in the release
     item: Optional[str] = None  # a list / tuple / set of objects of this class (`list[T]`)
     external: bool = False  # the value's class is known and outside vLLM (numpy, torch): not vLLM's reach
+    elems: tuple = ()  # a fixed tuple (`tuple[A, B]`): each position's class (None: not a class of vLLM's)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class Types(Protocol):
 
     def module_defines(self, module: str, name: str) -> Optional[str]: ...
 
+    def returns(self, target: str) -> Optional[Member]: ...
+
 
 @dataclass(frozen=True)
 class Obj:
@@ -92,7 +95,12 @@ class Opaque:
     how: str  # a vLLM value of unknown class: what was read to get it
 
 
-Value = Union[Obj, Items, Opaque, None]
+@dataclass(frozen=True)
+class Elems:
+    classes: tuple  # a fixed tuple of values (`tuple[A, B]`): unpacked by position, each an `Obj` (None: unknown)
+
+
+Value = Union[Obj, Items, Opaque, Elems, None]
 
 
 def is_vllm(module: str) -> bool:
@@ -192,6 +200,11 @@ class _Function:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, Elems) and len(value.classes) == len(target.elts) and not any(
+                    isinstance(e, ast.Starred) for e in target.elts):
+                for e, cls in zip(target.elts, value.classes):  # `state, n = wrapped(...)`: by position
+                    self.bind(e, Obj(cls) if cls else Opaque("an item of the target's result"))
+                return
             for e in target.elts:
                 self.bind(e.value if isinstance(e, ast.Starred) else e, self.item(value))
         else:
@@ -238,6 +251,8 @@ class _Function:
         """An item of `v` (by index, iteration or unpacking): an object of the class of a sequence's items."""
         if isinstance(v, Items):
             return Obj(v.cls)
+        if isinstance(v, Elems):
+            return Opaque("an item of the target's result")
         return Opaque(f"an item of {self.how(v)}") if v is not None else None
 
     def attribute(self, node: ast.Attribute, call: bool) -> Value:
@@ -281,7 +296,7 @@ class _Function:
         if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) == 3:
             return None  # getattr with a default: absence tolerated
         if isinstance(func, ast.Name) and func.id in ("wrapped",):
-            return Opaque("the target's result")
+            return self.target_result()
         got = self.eval(func, call=True)
         hooked = self.called(node, got)
         if hooked is not _GO_ON:
@@ -293,6 +308,16 @@ class _Function:
         if isinstance(func, ast.Name) and self.depth < DEPTH and any(v is not None for v in [*args, *kwargs.values()]):
             self.into(func.id, args, kwargs)
         return None
+
+    def target_result(self) -> Value:
+        """What `wrapped(...)` returns: the target's return annotation (a class, a fixed tuple of classes)."""
+        returns = getattr(self.w.types, "returns", None)
+        m = returns(self.w.target) if returns is not None else None
+        if m is None or m.external:
+            return Opaque("the target's result")
+        if m.elems:
+            return Elems(m.elems)
+        return Obj(m.type) if m.type else Items(m.item) if m.item else Opaque("the target's result")
 
     def called(self, node: ast.Call, got: Value) -> object:
         """A hook on each call once its callee is evaluated: a value ends the call's walk with it."""
