@@ -55,6 +55,7 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
     found: dict[str, Union[Fingerprint, Missing]] = {}
     out: list[Breakage] = []
     target_id = None
+    calls_read: dict[str, Fingerprint] = {}  # overridden methods whose calls were read: pinned with them
     for spec in target_specs(patch):
         if traits(patch).sets_entry and spec == patch.target:
             found[spec], more = registered_entry(release, patch, spec, pins.get(spec))  # as the loader reads it
@@ -78,8 +79,6 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             got = release.lookup(got.inherited_from, with_digest)
         if isinstance(got, Missing) and got.moved_to and pin is not None and not is_copy:  # same name, same function?
             got = confirm_moves(release, pinned_on, spec, pin, got)
-        if isinstance(got, Fingerprint) and _called_by_vllm(patch, spec):
-            got = with_calls(release, spec, got)
         if spec in patch.copied_part and isinstance(got, Fingerprint):
             got, gone = _with_part(release, patch, spec, got, pin)
             out.extend(gone)
@@ -112,9 +111,14 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             if why is not None:
                 out.append(Breakage(BreakageKind.misdeclared, patch.key, spec, detail=why))
                 continue
-            out.extend(_convention(patch, got, impl_here))
+            conv = _convention(patch, got, impl_here)
+            if conv and _called_by_vllm(patch, spec):  # judged against the calls vLLM makes (read only when needed)
+                got = found[spec] = with_calls(release, spec, got)
+                conv = _convention(patch, got, impl_here)
+            out.extend(conv)
             if traits(patch).judges_overrides:
-                out.extend(_override_conventions(patch, found_so_far=found, release=release))
+                out.extend(_override_conventions(patch, found_so_far={**found, CALLS_READ: calls_read},
+                                                 release=release))
             if traits(patch).installs_function:
                 before = set(pinned_on.holders(spec)) if pinned_on is not None and pins else set()
                 out.extend(Breakage(BreakageKind.copy_undeclared, patch.key, spec, new=held)
@@ -124,7 +128,14 @@ def examine(release: Release, patch: Patch, pins: Optional[dict[str, Fingerprint
             held = release.identity(spec)
             if held is not None and held[0] != target_id[0]:
                 out.append(Breakage(BreakageKind.copy_differs, patch.key, spec, old=target_id[1], new=held[1]))
+    for spec, read in calls_read.items():
+        if isinstance(found.get(spec), Fingerprint):
+            found[spec] = msgspec.structs.replace(found[spec], call_positional=read.call_positional,
+                                                  call_keywords=read.call_keywords)
     return found, [_judged_part(patch, b, pins, found) for b in judge_all(patch, out)]
+
+
+CALLS_READ = " calls read"  # a key no place has: where _override_conventions leaves what it read
 
 
 def _called_by_vllm(patch: Patch, spec: str) -> bool:
@@ -322,7 +333,11 @@ def _override_conventions(patch: Patch, found_so_far: dict, release: Release) ->
         if sig is None:
             continue
         found = convention.problems(sig, pin.signature, shape="replace", name=f"{patch.implementation}.{name}",
-                                    target_kind=pin.kind, calls=convention.pinned_calls(pin))
+                                    target_kind=pin.kind)
+        if found:  # judged against the calls vLLM makes (read only when there is something to judge)
+            pin = found_so_far[CALLS_READ][spec] = with_calls(release, spec, pin)
+            found = convention.problems(sig, pin.signature, shape="replace", name=f"{patch.implementation}.{name}",
+                                        target_kind=pin.kind, calls=convention.pinned_calls(pin))
         if found:
             out.append(Breakage(BreakageKind.convention_mismatch, patch.key, spec, new="convention",
                                 detail=f"override of {spec}: {convention.reason(found)}"))

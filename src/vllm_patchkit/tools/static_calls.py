@@ -63,12 +63,15 @@ def call_facts(release, spec: str) -> Optional[CallFacts]:
 
 
 def _files(release) -> list[list]:
-    """[text, parsed tree or None] of every module of the release, read once per release."""
+    """[text, parsed tree or None] of every module of the release, read once per release: the texts the
+    by-value copy search reads (`static_copies.ImportIndex`, every module that imports anything), shared."""
     files = release.__dict__.get("_patchkit_texts")
     if files is None:
-        src = release.source
-        files = release.__dict__["_patchkit_texts"] = [[raw, None] for rel in src.python_files("vllm")
-                                                       if (raw := src.read(rel))]
+        from vllm_patchkit.tools.static_copies import ImportIndex
+
+        indexes = release.__dict__.setdefault("_import_indexes", {})
+        index = indexes.get("vllm") or indexes.setdefault("vllm", ImportIndex(release, "vllm"))
+        files = release.__dict__["_patchkit_texts"] = [[raw, None] for _, raw in index._files()]
     return files
 
 
