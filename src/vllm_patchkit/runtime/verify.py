@@ -126,14 +126,13 @@ class _Steps:
         return self.copies_hold_it()
 
     def entry_place(self) -> Optional[Finding]:
-        got = entry_place(self.patch, self.entry)
-        if isinstance(got, Finding):
-            return got
-        self.out.place, self.out.already = got
-        return None
+        return self.own_place(entry_place(self.patch, self.entry))
 
     def set_place(self) -> Optional[Finding]:
-        got = set_place(self.patch, self.entry)
+        return self.own_place(set_place(self.patch, self.entry))
+
+    def own_place(self, got: "tuple[Place, bool] | Finding") -> Optional[Finding]:
+        """A place the kind's own reading found (a set's, a register's): kept with whether it is applied already."""
         if isinstance(got, Finding):
             return got
         self.out.place, self.out.already = got
