@@ -23,11 +23,13 @@ CATALOGUES = sorted(CORPUS.glob("*/catalogue.yaml"))
 # Plugins catalogued on 2026-12-04 whose scan recall is below the goal, as measured then (a ratchet both ways: a
 # recall that moves fails, so the figure here and in README stays the measured one). What scan misses: subclasses
 # reached by a returned dotted path and a wrap that takes the original through `__dict__` on a class found in the MRO
-# (amass-kv, held out), writes into live scheduler objects and calls on them (thaw-vllm: its model-loader
-# registration is found since the `register`-word rule, issue 31), overrides in subclasses of subscripted bases and
-# a version guard (meralion2, held out). raif-vllm and vllm-canon left it (issue 31: names a plugin helper returns
-# as a tuple, `A, B = helper()`; a vLLM function named for registering, `direct_register_custom_op`).
-BELOW_GOAL = {"amass-kv": (5, 7), "thaw-vllm": (4, 7), "vllm_plugin_meralion2": (6, 9)}
+# (amass-kv, held out), writes into live scheduler objects and calls on them (thaw-vllm, in the tuning split since its
+# model-loader registration is found by the `register`-word rule, issue 31), overrides in subclasses of subscripted
+# bases and a version guard (meralion2, held out), a variable set only while the plugin's imports run (mixinputs,
+# held out: drawn to replace thaw-vllm, measured the day it was catalogued). raif-vllm and vllm-canon left it (issue
+# 31: names a plugin helper returns as a tuple, `A, B = helper()`; a vLLM function named for registering,
+# `direct_register_custom_op`).
+BELOW_GOAL = {"amass-kv": (5, 7), "thaw-vllm": (4, 7), "vllm_plugin_meralion2": (6, 9), "mixinputs": (3, 4)}
 
 
 @pytest.mark.parametrize("path", CATALOGUES, ids=[p.parent.name for p in CATALOGUES])
