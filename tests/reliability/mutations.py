@@ -254,6 +254,8 @@ BAD: dict[tuple[str, str, str], st.SearchStrategy] = {
     ("Patch", "target", ""): BAD_SPEC,
     ("Patch", "implementation", ""): BAD_SPEC,
     ("Patch", "value_from", ""): BAD_SPEC,
+    ("Patch", "entry", ""): EMPTY,
+    ("Fingerprint", "return_shape", ""): st.sampled_from(["", "tuple", "tuple[]", "tuple[x]", "list[2]", "tuple[2] "]),
     ("Patch", "copies", "item"): BAD_SPEC,
     ("Patch", "uses", "item"): BAD_SPEC,
     ("Patch", "feature", ""): BAD_ID,

@@ -63,15 +63,15 @@ def call_facts(release, spec: str) -> Optional[CallFacts]:
 
 
 def _files(release) -> list[list]:
-    """[text, parsed tree or None] of every module of the release, read once per release: the texts the
-    by-value copy search reads (`static_copies.ImportIndex`, every module that imports anything), shared."""
+    """[text, parsed tree or None] of every module of the release, read once per release and shared with the
+    by-value copy search (`static_copies.ImportIndex`)."""
     files = release.__dict__.get("_patchkit_texts")
     if files is None:
         from vllm_patchkit.tools.static_copies import ImportIndex
 
         indexes = release.__dict__.setdefault("_import_indexes", {})
         index = indexes.get("vllm") or indexes.setdefault("vllm", ImportIndex(release, "vllm"))
-        files = release.__dict__["_patchkit_texts"] = [[raw, None] for _, raw in index._files()]
+        files = release.__dict__["_patchkit_texts"] = [[raw, None] for _, raw in index.texts()]
     return files
 
 

@@ -32,16 +32,22 @@ class ImportIndex:
         self.release = release
         self.top = top  # the top-level package searched (the target's)
         self._texts: Optional[list[tuple[str, bytes]]] = None
+        self._all: Optional[list[tuple[str, bytes]]] = None
         self._by_name: dict[str, list[tuple[str, str, str, bool]]] = {}
 
     def _files(self) -> list[tuple[str, bytes]]:
         if self._texts is None:
+            self._texts = [(mod, raw) for mod, raw in self.texts() if b"import" in raw]
+        return self._texts
+
+    def texts(self) -> list[tuple[str, bytes]]:
+        """(module, text) of every module of the package, read once (the call-site reader shares them)."""
+        if self._all is None:
             from vllm_patchkit.upstream.static_source import module_name
 
             src = self.release.source
-            self._texts = [(module_name(rel), raw) for rel in src.python_files(self.top)
-                           if (raw := src.read(rel)) and b"import" in raw]
-        return self._texts
+            self._all = [(module_name(rel), raw) for rel in src.python_files(self.top) if (raw := src.read(rel))]
+        return self._all
 
     def candidates(self, name: str) -> list[tuple[str, str, str, bool]]:
         """(importing module, bound name, module imported from (absolute), indented?) for each import of `name`."""
