@@ -18,7 +18,7 @@ import yaml
 from vllm_patchkit.tools.scan import scan
 from vllm_patchkit.tools.scan.draft import write
 
-from .conftest import write_plugin
+from .conftest import review_and_pin, write_plugin
 
 WEIGHT_UTILS = "vllm.model_executor.model_loader.weight_utils:filter_duplicate_safetensors_files"
 DEFAULT_LOADER = "vllm.model_executor.model_loader.default_loader:filter_duplicate_safetensors_files"
@@ -65,14 +65,7 @@ def test_a_name_the_plugin_adds_is_drafted_adds(tmp_path, upstream):
 def test_reviewed_drafts_pin_as_written(tmp_path, upstream):
     """Only the review's own edits (the marker, why, upstream, retire_when): `pin` writes the manifest."""
     folder, _ = _drafts(tmp_path, upstream)
-    for path in folder.glob("*.yaml"):
-        doc = yaml.safe_load(path.read_text())
-        del doc["draft"]
-        doc.update(why="needed", upstream="none: plugin behaviour", retire_when={"manual": "when vLLM does it"})
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "pin", "--patch-dir", str(folder),
-                          "--manifest-dir", str(folder / "manifests")], capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "out")}, timeout=600)
+    out = review_and_pin(folder, tmp_path / "out")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 patch(es) listed, 0 not applicable" in out.stdout
 

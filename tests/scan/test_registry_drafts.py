@@ -6,16 +6,12 @@ true` where the release does not register the key, nothing where it does (the pl
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import yaml
 
 from vllm_patchkit.tools.scan import scan
 from vllm_patchkit.tools.scan.draft import write
 
-from .conftest import write_plugin
+from .conftest import review_and_pin, write_plugin
 
 REGISTRY = "vllm.transformers_utils.model_arch_config_convertor:MODEL_ARCH_CONFIG_CONVERTORS"
 PLUGIN = '''
@@ -53,14 +49,7 @@ def test_a_key_set_on_a_vllm_mapping_is_drafted_register(tmp_path, upstream):
 
 def test_reviewed_register_drafts_pin_as_written(tmp_path, upstream):
     folder, _ = _drafts(tmp_path, upstream)
-    for path in folder.glob("*.yaml"):
-        doc = yaml.safe_load(path.read_text())
-        del doc["draft"]
-        doc.update(why="needed", upstream="none: plugin behaviour", retire_when={"manual": "when vLLM does it"})
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = subprocess.run([sys.executable, "-m", "vllm_patchkit.tools.cli", "pin", "--patch-dir", str(folder),
-                          "--manifest-dir", str(folder / "manifests")], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path / "out")}, timeout=600)
+    out = review_and_pin(folder, tmp_path / "out")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 patch(es) listed, 0 not applicable" in out.stdout
     [manifest] = (folder / "manifests").glob("*.yaml")
